@@ -1,0 +1,1 @@
+../BenchOperations/Workloads.swift

@@ -1,0 +1,154 @@
+/// The observers of one object, and delivery of will/did notifications.
+///
+/// Each entry observes one key, or (for a key path the library cannot name)
+/// is re-evaluated on every announced change. Delivery happens on the thread
+/// that announces the change, after every library lock is released.
+final class ObservationRegistry: @unchecked Sendable {
+    // @unchecked Sendable: `entries` is read and written only while `lock`
+    // is held; notifications work on a snapshot taken under the lock.
+    private let lock = PlatformLock()
+    private var entries: [AnyObserverEntry] = []
+
+    func add(_ entry: AnyObserverEntry) {
+        lock.withLock { entries.append(entry) }
+    }
+
+    func remove(_ entry: AnyObserverEntry) {
+        lock.withLock { entries.removeAll { $0 === entry } }
+    }
+
+    var isEmpty: Bool { lock.withLock { entries.isEmpty } }
+
+    private func snapshot(for key: String) -> [AnyObserverEntry] {
+        lock.withLock { entries.filter { $0.key == nil || $0.key == key } }
+    }
+
+    func willChange(_ key: String, object: AnyObject) {
+        for entry in snapshot(for: key) where entry.isValid { entry.willChange(object) }
+    }
+
+    func didChange(_ key: String, object: AnyObject) {
+        for entry in snapshot(for: key) where entry.isValid { entry.didChange(object) }
+    }
+}
+
+/// A type-erased observer.
+class AnyObserverEntry: @unchecked Sendable {
+    // @unchecked Sendable: `key` is immutable; `valid` is only changed
+    // through `invalidate()` while `stateLock` is held, and subclasses
+    // guard their own mutable state with `stateLock` too.
+    let key: String?
+    let stateLock = PlatformLock()
+    private var valid = true
+
+    init(key: String?) { self.key = key }
+
+    var isValid: Bool { stateLock.withLock { valid } }
+    func invalidate() { stateLock.withLock { valid = false } }
+
+    func willChange(_ object: AnyObject) {}
+    func didChange(_ object: AnyObject) {}
+}
+
+/// An observer of one value of `Root`, read with `read`.
+final class ObserverEntry<Root: AnyObject, Value>: AnyObserverEntry, @unchecked Sendable {
+    // @unchecked Sendable: `read` captures only a key path or a key string;
+    // `pendingOld` and `lastValue` are guarded by `stateLock`.
+    private let options: ObservationOptions
+    private let read: (Root) -> Value
+    private let handler: @Sendable (Root, ObservedChange<Value>) -> Void
+    private var pendingOld: Value?
+    private var lastValue: Value?
+
+    init(
+        key: String?,
+        options: ObservationOptions,
+        read: @escaping (Root) -> Value,
+        handler: @escaping @Sendable (Root, ObservedChange<Value>) -> Void
+    ) {
+        self.options = options
+        self.read = read
+        self.handler = handler
+        super.init(key: key)
+    }
+
+    /// Records the current value for change detection (derived entries) and
+    /// delivers the `.initial` notification if requested.
+    func start(on root: Root) {
+        let value = read(root)
+        stateLock.withLock { lastValue = value }
+        if options.contains(.initial) {
+            handler(root, ObservedChange(newValue: options.contains(.new) ? value : nil, oldValue: nil, isPrior: false))
+        }
+    }
+
+    override func willChange(_ object: AnyObject) {
+        guard key != nil, let root = object as? Root else { return }
+        guard options.contains(.old) || options.contains(.prior) else { return }
+        let old = read(root)
+        stateLock.withLock { pendingOld = old }
+        if options.contains(.prior) {
+            handler(root, ObservedChange(newValue: nil, oldValue: options.contains(.old) ? old : nil, isPrior: true))
+        }
+    }
+
+    override func didChange(_ object: AnyObject) {
+        guard let root = object as? Root else { return }
+        let new = read(root)
+        if key == nil {
+            // A key path the library cannot name: report it when an
+            // announced change altered its value.
+            let old: Value? = stateLock.withLock {
+                let previous = lastValue
+                lastValue = new
+                return previous
+            }
+            guard !valuesEqual(old, new) else { return }
+            handler(root, ObservedChange(
+                newValue: options.contains(.new) ? new : nil,
+                oldValue: options.contains(.old) ? old : nil,
+                isPrior: false
+            ))
+            return
+        }
+        let old: Value? = stateLock.withLock {
+            let previous = pendingOld
+            pendingOld = nil
+            lastValue = new
+            return previous
+        }
+        handler(root, ObservedChange(
+            newValue: options.contains(.new) ? new : nil,
+            oldValue: options.contains(.old) ? old : nil,
+            isPrior: false
+        ))
+    }
+}
+
+/// Equality for values of unknown type: `==` when the type is Equatable,
+/// otherwise "different" (so the change is reported).
+private func valuesEqual<Value>(_ lhs: Value?, _ rhs: Value) -> Bool {
+    guard let lhs else { return false }
+    guard let equatable = lhs as? any Equatable else { return false }
+    return equatable.isEqual(to: rhs)
+}
+
+private extension Equatable {
+    func isEqual(to other: Any) -> Bool {
+        guard let other = other as? Self else { return false }
+        return self == other
+    }
+}
+
+/// Reads a stored property named `key` (or `_key`) by reflection, for
+/// string-keyed observation of a subclass's own properties.
+func reflectedValue(of object: AnyObject, key: String) -> Any? {
+    var mirror: Mirror? = Mirror(reflecting: object)
+    while let current = mirror {
+        for child in current.children where child.label == key || child.label == "_" + key {
+            return child.value
+        }
+        mirror = current.superclassMirror
+    }
+    return nil
+}

@@ -1,0 +1,132 @@
+extension Operation: KeyValueObservable {}
+
+extension KeyValueObservable where Self: Operation {
+    /// Observes a property, like Foundation's `NSObject.observe(_:options:changeHandler:)`.
+    ///
+    /// ```swift
+    /// let token = operation.observe(\.isFinished, options: [.old, .new]) { op, change in
+    ///     print(op.name ?? "op", change.oldValue!, "→", change.newValue!)
+    /// }
+    /// ```
+    ///
+    /// The library reports `isReady`, `isCancelled`, `isExecuting`,
+    /// `isFinished`, `isConcurrent`, `isAsynchronous`, `dependencies`,
+    /// `queuePriority`, `completionBlock`, `name`, `qualityOfService` and
+    /// `threadPriority` when they change, and any key a subclass announces
+    /// with ``Operation/willChangeValue(forKey:)`` /
+    /// ``Operation/didChangeValue(forKey:)``. For another key path (a
+    /// subclass's own property), the handler runs after any announced change
+    /// that altered the key path's value; announce it with `didChangeValue`.
+    ///
+    /// Notifications arrive on the thread that made the change, in the order
+    /// of the changes, never while a library lock is held. For lifecycle
+    /// changes the order is the one Foundation produces, for example
+    /// `isExecuting` YES→NO before `isFinished` NO→YES.
+    ///
+    /// - Returns: A token; observation ends when it is invalidated or released.
+    public func observe<Value>(
+        _ keyPath: KeyPath<Self, Value>,
+        options: ObservationOptions = [],
+        changeHandler: @escaping @Sendable (Self, ObservedChange<Value>) -> Void
+    ) -> Observation {
+        let entry = ObserverEntry<Self, Value>(
+            key: Self.observationKey(for: keyPath),
+            options: options,
+            read: { $0[keyPath: keyPath] },
+            handler: changeHandler
+        )
+        let registry = registerObserver(entry)
+        entry.start(on: self)
+        return Observation(registry: registry, entry: entry)
+    }
+
+    /// Observes a key by name, for keys that have no key path (for example a
+    /// subclass's property announced with `didChangeValue(forKey:)`).
+    ///
+    /// Values are read from the library's own properties for its keys, and
+    /// otherwise by reflection from a stored property named `key` (or
+    /// `_key`); a key that cannot be read gives nil values.
+    public func observe(
+        key: String,
+        options: ObservationOptions = [],
+        changeHandler: @escaping @Sendable (Self, ObservedChange<Any?>) -> Void
+    ) -> Observation {
+        let entry = ObserverEntry<Self, Any?>(
+            key: key,
+            options: options,
+            read: { $0.valueForObservedKey(key) },
+            handler: changeHandler
+        )
+        let registry = registerObserver(entry)
+        entry.start(on: self)
+        return Observation(registry: registry, entry: entry)
+    }
+
+    /// The key a key path stands for, or nil for a key path the library
+    /// cannot name (observed by re-evaluation).
+    static func observationKey<Value>(for keyPath: KeyPath<Self, Value>) -> String? {
+        let path = keyPath as AnyKeyPath
+        let known: [(AnyKeyPath, String)] = [
+            (\Self.isFinished, "isFinished"),
+            (\Self.isExecuting, "isExecuting"),
+            (\Self.isReady, "isReady"),
+            (\Self.isCancelled, "isCancelled"),
+            (\Self.isConcurrent, "isConcurrent"),
+            (\Self.isAsynchronous, "isAsynchronous"),
+            (\Self.dependencies, "dependencies"),
+            (\Self.queuePriority, "queuePriority"),
+            (\Self.completionBlock, "completionBlock"),
+            (\Self.name, "name"),
+            (\Self.qualityOfService, "qualityOfService"),
+            (\Self.threadPriority, "threadPriority"),
+        ]
+        return known.first { $0.0 == path }?.1
+    }
+}
+
+extension Operation {
+    /// The value for a key of string-keyed observation.
+    final func valueForObservedKey(_ key: String) -> Any? {
+        switch key {
+        case "isFinished": return isFinished
+        case "isExecuting": return isExecuting
+        case "isReady": return isReady
+        case "isCancelled": return isCancelled
+        case "isConcurrent": return isConcurrent
+        case "isAsynchronous": return isAsynchronous
+        case "dependencies": return dependencies
+        case "queuePriority": return queuePriority
+        case "completionBlock": return completionBlock
+        case "name": return name
+        case "qualityOfService": return qualityOfService
+        case "threadPriority": return threadPriority
+        default: return reflectedValue(of: self, key: key)
+        }
+    }
+
+    /// Adds `entry`, creating the registry and setting the observed bit.
+    final func registerObserver(_ entry: AnyObserverEntry) -> ObservationRegistry {
+        let registry = withStateLock { state -> ObservationRegistry in
+            state.isObserved = true
+            let extras = extrasWhileLocked()
+            if let existing = extras.observers { return existing }
+            let created = ObservationRegistry()
+            extras.observers = created
+            return created
+        }
+        registry.add(entry)
+        return registry
+    }
+
+    /// Tells observers of `keys` that they are about to change.
+    final func notifyWillChange(_ keys: [String]) {
+        guard let registry = withStateLock({ _ in extras?.observers }) else { return }
+        for key in keys { registry.willChange(key, object: self) }
+    }
+
+    /// Tells observers of `keys` that they changed.
+    final func notifyDidChange(_ keys: [String]) {
+        guard let registry = withStateLock({ _ in extras?.observers }) else { return }
+        for key in keys { registry.didChange(key, object: self) }
+    }
+}

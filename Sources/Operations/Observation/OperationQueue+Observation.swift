@@ -1,0 +1,69 @@
+extension OperationQueue: KeyValueObservable {}
+
+extension KeyValueObservable where Self: OperationQueue {
+    /// Observes a property of the queue, like Foundation's
+    /// `NSObject.observe(_:options:changeHandler:)`.
+    ///
+    /// The queue reports `operations`, `operationCount`, `isSuspended`,
+    /// `maxConcurrentOperationCount`, `name`, `qualityOfService`,
+    /// `underlyingQueue` and `progress`. `operations` and `operationCount`
+    /// change whenever operations are added or finish; observing them costs
+    /// a notification per change. Notifications arrive on the thread that
+    /// made the change, never while the queue's lock is held.
+    ///
+    /// - Returns: A token; observation ends when it is invalidated or released.
+    public func observe<Value>(
+        _ keyPath: KeyPath<Self, Value>,
+        options: ObservationOptions = [],
+        changeHandler: @escaping @Sendable (Self, ObservedChange<Value>) -> Void
+    ) -> Observation {
+        let entry = ObserverEntry<Self, Value>(
+            key: Self.observationKey(for: keyPath),
+            options: options,
+            read: { $0[keyPath: keyPath] },
+            handler: changeHandler
+        )
+        let registry = registerObserver(entry)
+        entry.start(on: self)
+        return Observation(registry: registry, entry: entry)
+    }
+
+    static func observationKey<Value>(for keyPath: KeyPath<Self, Value>) -> String? {
+        let path = keyPath as AnyKeyPath
+        let known: [(AnyKeyPath, String)] = [
+            (\Self.operations, "operations"),
+            (\Self.operationCount, "operationCount"),
+            (\Self.isSuspended, "isSuspended"),
+            (\Self.maxConcurrentOperationCount, "maxConcurrentOperationCount"),
+            (\Self.name, "name"),
+            (\Self.qualityOfService, "qualityOfService"),
+            (\Self.underlyingQueue, "underlyingQueue"),
+            (\Self.progress, "progress"),
+        ]
+        return known.first { $0.0 == path }?.1
+    }
+}
+
+extension OperationQueue {
+    final func registerObserver(_ entry: AnyObserverEntry) -> ObservationRegistry {
+        let registry = lock.withLock { () -> ObservationRegistry in
+            if let observers { return observers }
+            let created = ObservationRegistry()
+            observers = created
+            return created
+        }
+        registry.add(entry)
+        observed.store(true, ordering: .releasing)
+        return registry
+    }
+
+    final func notifyWillChange(_ keys: [String]) {
+        guard observed.load(ordering: .acquiring), let registry = lock.withLock({ observers }) else { return }
+        for key in keys { registry.willChange(key, object: self) }
+    }
+
+    final func notifyDidChange(_ keys: [String]) {
+        guard observed.load(ordering: .acquiring), let registry = lock.withLock({ observers }) else { return }
+        for key in keys { registry.didChange(key, object: self) }
+    }
+}

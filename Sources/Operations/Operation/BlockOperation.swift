@@ -1,0 +1,164 @@
+import Synchronization
+
+/// An operation that runs one or more blocks concurrently and finishes when
+/// all of them have finished (group semantics), like Foundation's
+/// `BlockOperation`.
+///
+/// With one block, the block runs on the thread that runs the operation.
+/// With several, the first runs there and the others run on the shared
+/// worker pool at the same time; the calling thread also takes blocks that
+/// no worker has picked up yet, so the operation never waits for a block
+/// that has not started. Blocks are released once they have run.
+///
+/// In a file that also imports Foundation, write
+/// `import class Operations.BlockOperation`.
+open class BlockOperation: Operation, @unchecked Sendable {
+    // @unchecked Sendable: `blocks` is read and written only while the
+    // state lock bit (see `Operation`) is held.
+    final var blocks: BlockList = .empty
+
+    /// Creates an operation with no blocks; add them with ``addExecutionBlock(_:)``.
+    public override init() {
+        super.init()
+    }
+
+    /// Creates an operation that runs `block`.
+    public convenience init(block: @escaping @Sendable () -> Void) {
+        self.init()
+        blocks = .one(block)
+    }
+
+    /// Adds a block to run concurrently with the others.
+    ///
+    /// Adding a block after the operation began executing or finished is a
+    /// misuse (``OperationMisuse/Code/executionBlockAfterStart``).
+    open func addExecutionBlock(_ block: @escaping @Sendable () -> Void) {
+        let refused = withStateLock { state -> Bool in
+            guard state.phase == .pending, !state.hasStarted else { return true }
+            blocks.append(block)
+            return false
+        }
+        if refused {
+            OperationMisuse.report(
+                .executionBlockAfterStart,
+                subject: misuseSubject,
+                "was given an execution block \(isFinished ? "after it finished" : "while it is executing"). Add execution blocks before the operation starts (before adding it to a queue)."
+            )
+        }
+    }
+
+    /// The blocks, in the order they were added. Empty once they have run.
+    open var executionBlocks: [@Sendable () -> Void] {
+        withStateLock { _ in blocks.array }
+    }
+
+    /// Runs the blocks and returns when all of them have finished.
+    open override func main() {
+        let taken = withStateLock { _ in blocks.take() }
+        switch taken {
+        case .empty:
+            return
+        case .one(let block):
+            block()
+        case .many(let list):
+            ConcurrentBlocks(list, operation: self).run()
+        }
+    }
+}
+
+/// Zero, one or many blocks; one block costs no array.
+enum BlockList {
+    case empty
+    case one(@Sendable () -> Void)
+    case many([@Sendable () -> Void])
+
+    mutating func append(_ block: @escaping @Sendable () -> Void) {
+        switch self {
+        case .empty: self = .one(block)
+        case .one(let first): self = .many([first, block])
+        case .many(var list):
+            self = .empty
+            list.append(block)
+            self = .many(list)
+        }
+    }
+
+    var array: [@Sendable () -> Void] {
+        switch self {
+        case .empty: return []
+        case .one(let block): return [block]
+        case .many(let list): return list
+        }
+    }
+
+    mutating func take() -> BlockList {
+        let taken = self
+        self = .empty
+        return taken
+    }
+}
+
+/// Runs blocks concurrently: the calling thread and pool helpers claim
+/// blocks by index until none are left; the caller then waits only for
+/// blocks already running elsewhere.
+final class ConcurrentBlocks: Sendable {
+    private let blocks: [@Sendable () -> Void]
+    private let nextIndex = Atomic<Int>(0)
+    private let unfinished: Atomic<Int>
+    private let done = WaitSignal()
+    private let operation: Operation
+    private let queue: OperationQueue?
+
+    init(_ blocks: [@Sendable () -> Void], operation: Operation) {
+        self.blocks = blocks
+        self.unfinished = Atomic(blocks.count)
+        self.operation = operation
+        self.queue = ThreadContext.current.queue
+    }
+
+    func run() {
+        let helpers = min(blocks.count - 1, WorkerPool.shared.targetConcurrency)
+        for _ in 0..<helpers {
+            WorkerPool.shared.submit(ClosureJob { [self] in self.helpOnPoolThread() }, qos: operation.loadState().qosIndex)
+        }
+        runClaimedBlocks()
+        if unfinished.load(ordering: .acquiring) > 0 {
+            let context = ThreadContext.current
+            WorkerPool.shared.blocking(context: context) { _ = done.wait() }
+        }
+    }
+
+    private func helpOnPoolThread() {
+        let context = ThreadContext.current
+        let savedQueue = context.queue
+        let savedOperation = context.operation
+        context.queue = queue
+        context.operation = operation
+        runClaimedBlocks()
+        context.queue = savedQueue
+        context.operation = savedOperation
+    }
+
+    private func runClaimedBlocks() {
+        while true {
+            let index = nextIndex.add(1, ordering: .relaxed).oldValue
+            guard index < blocks.count else { return }
+            blocks[index]()
+            if unfinished.subtract(1, ordering: .acquiringAndReleasing).newValue == 0 {
+                done.signal()
+            }
+        }
+    }
+}
+
+/// The operation behind `addBarrierBlock(_:)`. It drops its dependencies
+/// once it has run, so that a long-lived queue's barriers do not keep the
+/// history of finished operations alive.
+final class BarrierOperation: BlockOperation, @unchecked Sendable {
+    // @unchecked Sendable: no stored state of its own.
+    override func main() {
+        super.main()
+        let released = withStateLock { _ in storedDependencies.take() }
+        withExtendedLifetime(released) {}
+    }
+}

@@ -1,0 +1,91 @@
+/// An operation that calls a method of a target object, like Foundation's
+/// `NSInvocationOperation`, in Swift's terms: the method is an unapplied
+/// method reference, which can be chosen at run time.
+///
+/// ```swift
+/// final class Resizer: Sendable {
+///     func thumbnail(_ image: Image) -> Image { … }
+///     func preview(_ image: Image) -> Image { … }
+/// }
+/// let method = wantsPreview ? Resizer.preview : Resizer.thumbnail
+/// let operation = InvocationOperation(target: resizer, method: method, argument: image)
+/// queue.addOperations([operation], waitUntilFinished: true)
+/// let resized = operation.result as? Image
+/// ```
+///
+/// The target is retained until the operation has run. ``result`` holds
+/// what the method returned (nil for a method returning `Void`). Reading the
+/// result of a cancelled invocation is a misuse
+/// (``OperationMisuse/Code/cancelledInvocationResult``), as Foundation
+/// raises an exception.
+open class InvocationOperation: Operation, @unchecked Sendable {
+    // @unchecked Sendable: `invocation` and `storedResult` are read and
+    // written only while the state lock bit (see `Operation`) is held.
+    private final var invocation: (@Sendable () -> (any Sendable)?)?
+    private final var storedResult: (any Sendable)?
+
+    /// Creates an operation that calls `method` on `target` with `argument`.
+    ///
+    /// - Parameters:
+    ///   - target: The object whose method runs.
+    ///   - method: An unapplied method reference such as `Resizer.thumbnail`.
+    ///   - argument: The argument to pass.
+    public init<Target: AnyObject & Sendable, Argument: Sendable, Result: Sendable>(
+        target: Target,
+        method: @escaping @Sendable (Target) -> (Argument) -> Result,
+        argument: Argument
+    ) {
+        invocation = {
+            let value = method(target)(argument)
+            return Result.self == Void.self ? nil : value
+        }
+        super.init()
+    }
+
+    /// Creates an operation that calls a method without arguments on `target`.
+    public init<Target: AnyObject & Sendable, Result: Sendable>(
+        target: Target,
+        method: @escaping @Sendable (Target) -> () -> Result
+    ) {
+        invocation = {
+            let value = method(target)()
+            return Result.self == Void.self ? nil : value
+        }
+        super.init()
+    }
+
+    /// Creates an operation from a prepared invocation (the counterpart of
+    /// `init(invocation:)`): a closure whose return value becomes ``result``.
+    public init(invocation: @escaping @Sendable () -> (any Sendable)?) {
+        self.invocation = invocation
+        super.init()
+    }
+
+    /// Calls the method and stores its result.
+    open override func main() {
+        let call = withStateLock { _ -> (@Sendable () -> (any Sendable)?)? in
+            defer { invocation = nil }
+            return invocation
+        }
+        guard let call else { return }
+        let value = call()
+        withStateLock { _ in storedResult = value }
+    }
+
+    /// What the method returned: nil until the operation finishes, and for
+    /// methods returning `Void`.
+    ///
+    /// Reading it after the operation was cancelled is a misuse; if a
+    /// handler refuses the misuse, the value is nil.
+    open var result: (any Sendable)? {
+        if isCancelled {
+            OperationMisuse.report(
+                .cancelledInvocationResult,
+                subject: misuseSubject,
+                "had its result read after it was cancelled; a cancelled invocation has no result. Check isCancelled before reading result."
+            )
+            return nil
+        }
+        return withStateLock { _ in storedResult }
+    }
+}

@@ -1,0 +1,146 @@
+extension OperationQueue {
+    /// The most unfinished operations the queue accepts, or nil (the
+    /// default) for no bound.
+    public var pendingLimit: Int? {
+        lock.withLock { scheduler.pendingLimit }
+    }
+
+    /// Bounds the number of unfinished operations, so that a producer
+    /// cannot flood the queue (the chapter's advice, enforced).
+    ///
+    /// When the queue is full:
+    /// - `await queue.addOperation(_:)` (the `async` forms) suspends until
+    ///   there is room;
+    /// - ``tryAddOperation(_:)`` returns false and leaves the operation
+    ///   untouched;
+    /// - the synchronous ``addOperation(_:)`` and
+    ///   ``addOperations(_:waitUntilFinished:)`` follow `policy`: `.block`
+    ///   waits for room (on a pool worker, the pool compensates), `.reject`
+    ///   cancels and finishes the operations without running their work
+    ///   (their completion blocks still run) instead of adding them.
+    ///
+    /// A batch larger than the limit is accepted when the queue is empty, so
+    /// that it cannot wait forever. Adds made from inside the queue's own
+    /// operations are never held back (they could wait for themselves), so
+    /// such adds can exceed the bound. Lowering the limit below the current
+    /// count affects only later adds.
+    ///
+    /// - Parameter limit: at least 1, or nil to remove the bound. A value
+    ///   below 1 is a misuse (``OperationMisuse/Code/invalidPendingLimit``).
+    public func setPendingLimit(_ limit: Int?, policy: PendingLimitPolicy = .block) {
+        if let limit, limit < 1 {
+            OperationMisuse.report(
+                .invalidPendingLimit,
+                subject: misuseSubject,
+                "was given a pending limit of \(limit); use at least 1, or nil for no limit."
+            )
+            return
+        }
+        let (wakeups, tickets) = lock.withLock { () -> (Wakeups, Int) in
+            scheduler.pendingLimit = limit
+            pendingLimitPolicy = policy
+            return (scheduler.takeWakeups(), scheduler.drainersNeeded())
+        }
+        wakeups.fire()
+        startDrainers(tickets)
+    }
+
+    /// Adds `operation` if the pending limit leaves room, and returns true;
+    /// otherwise returns false and leaves the operation untouched, so that
+    /// it can be added later. Misuse (an operation already queued, executing
+    /// or finished) is reported as by ``addOperation(_:)``.
+    @discardableResult
+    public func tryAddOperation(_ operation: Operation) -> Bool {
+        guard let accepted = enqueue(CollectionOfOne(operation), mode: .attempt) else { return false }
+        return !accepted.isEmpty
+    }
+
+    /// Adds `operation`, suspending while the queue is at its pending limit.
+    ///
+    /// Cancelling the awaiting task while it waits for room cancels the
+    /// operation and returns without adding it (it still finishes, and its
+    /// completion block runs).
+    public func addOperation(_ operation: Operation) async {
+        await addOperations([operation])
+    }
+
+    /// Wraps `block` in a ``BlockOperation`` and adds it, suspending while
+    /// the queue is at its pending limit.
+    public func addOperation(_ block: @escaping @Sendable () -> Void) async {
+        await addOperations([BlockOperation(block: block)])
+    }
+
+    /// Adds `operations`, suspending while they do not fit under the
+    /// pending limit.
+    public func addOperations(_ operations: [Operation]) async {
+        while true {
+            if enqueue(operations, mode: .attempt) != nil { return }
+            if Task.isCancelled {
+                refuseForLackOfRoom(operations.filter { !$0.loadState().isEnqueued }, cancel: true)
+                return
+            }
+            await waitForRoomAsync(count: operations.count)
+        }
+    }
+
+    private func waitForRoomAsync(count: Int) async {
+        let gate = ResumeOnce()
+        await withTaskCancellationHandler {
+            await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
+                gate.install(continuation)
+                let roomNow = lock.withLock { () -> Bool in
+                    if scheduler.hasRoom(for: count) { return true }
+                    scheduler.roomWaiters.append((count, { gate.resume() }))
+                    return false
+                }
+                if roomNow { gate.resume() }
+            }
+        } onCancel: {
+            gate.resume()
+        }
+    }
+
+    /// Refuses operations that found no room: `cancel` cancels and finishes
+    /// them (synchronous `.reject`); otherwise they are given back untouched.
+    final func refuseForLackOfRoom(_ operations: [Operation], cancel: Bool) {
+        for operation in operations {
+            let released = operation.withStateLock { state -> OperationQueue? in
+                state.unenqueue()
+                defer { operation.storedQueue = nil }
+                return operation.storedQueue
+            }
+            withExtendedLifetime(released) {}
+            if cancel {
+                operation.cancel()
+                operation.finish(announced: false)
+            }
+        }
+    }
+}
+
+/// Resumes a continuation exactly once, from whichever of several paths
+/// gets there first (room freed, task cancelled).
+final class ResumeOnce: @unchecked Sendable {
+    // @unchecked Sendable: `continuation` and `resumed` are guarded by `lock`.
+    private let lock = PlatformLock()
+    private var continuation: CheckedContinuation<Void, Never>?
+    private var resumed = false
+
+    func install(_ continuation: CheckedContinuation<Void, Never>) {
+        let resumeNow = lock.withLock { () -> Bool in
+            if resumed { return true }
+            self.continuation = continuation
+            return false
+        }
+        if resumeNow { continuation.resume() }
+    }
+
+    func resume() {
+        let continuation = lock.withLock { () -> CheckedContinuation<Void, Never>? in
+            resumed = true
+            defer { self.continuation = nil }
+            return self.continuation
+        }
+        continuation?.resume()
+    }
+}

@@ -1,0 +1,364 @@
+import Dispatch
+
+extension Operation {
+    /// Claims the operation for `queue`. Returns why it cannot be queued (and
+    /// the queue that owns it, if any), or nil once claimed.
+    final func claim(for queue: OperationQueue) -> (OperationState.EnqueueRefusal, OperationQueue?)? {
+        withStateLock { state in
+            if let refusal = state.enqueue() { return (refusal, storedQueue) }
+            storedQueue = queue
+            return nil
+        }
+    }
+
+    /// The ready lane for the operation's current state.
+    var readyLane: Int {
+        let state = loadState()
+        return state.isCancelled ? QueueScheduler.cancelledLane : QueueScheduler.lane(forPriorityIndex: state.priorityIndex)
+    }
+}
+
+extension OperationQueue: PoolJob {
+    func runJob(on worker: Worker) {
+        drain(worker: worker)
+    }
+}
+
+extension OperationQueue {
+    // MARK: Adding
+
+    /// How `enqueue` behaves when the queue's pending limit is reached.
+    enum AdmissionMode {
+        /// Wait for room (or refuse, under the `.reject` policy).
+        case synchronous
+        /// Return nil and leave the operations unclaimed.
+        case attempt
+    }
+
+    /// Claims, links and schedules `operations`. Returns the ones accepted,
+    /// or nil when `mode` is `.attempt` and the pending limit left no room.
+    @discardableResult
+    final func enqueue<C: Collection<Operation>>(
+        _ operations: C,
+        mode: AdmissionMode = .synchronous
+    ) -> [Operation]? {
+        var accepted: [Operation] = []
+        accepted.reserveCapacity(operations.count)
+        for operation in operations {
+            if let (refusal, owner) = operation.claim(for: self) {
+                reportRefusedAdd(operation, refusal: refusal, owner: owner, inBatch: accepted)
+                continue
+            }
+            accepted.append(operation)
+        }
+        guard !accepted.isEmpty else { return [] }
+        let observedNow = observed.load(ordering: .relaxed)
+        if observedNow { notifyWillChange(["operations", "operationCount"]) }
+
+        let context = ThreadContext.current
+        var barrier = lock.withLock { scheduler.lastBarrier }
+        var tickets = 0
+        var stalled = false
+        var recheck: [Operation] = []
+        var wakeups = Wakeups()
+        while true {
+            if let barrier {
+                for operation in accepted where operation !== barrier {
+                    operation.addDependency(barrier, hidden: true)
+                }
+            }
+            // `isReady` may be overridden: ask outside the lock.
+            let readiness = accepted.map { $0.isReady }
+            lock.lock()
+            if scheduler.lastBarrier !== barrier, !(scheduler.lastBarrier.map { accepted.contains($0) } ?? false) {
+                // A barrier was added meanwhile: these operations come after it.
+                barrier = scheduler.lastBarrier
+                lock.unlock()
+                continue
+            }
+            if !scheduler.hasRoom(for: accepted.count) {
+                // Adds from the queue's own operations are never held back:
+                // they could wait for themselves.
+                let fromInside = context.queue === self && context.operation != nil
+                if !fromInside {
+                    let policy = pendingLimitPolicy
+                    if mode == .attempt || policy == .reject {
+                        lock.unlock()
+                        refuseForLackOfRoom(accepted, cancel: mode == .synchronous)
+                        return mode == .attempt ? nil : []
+                    }
+                    let signal = WaitSignal()
+                    scheduler.roomWaiters.append((accepted.count, { signal.signal() }))
+                    lock.unlock()
+                    WorkerPool.shared.blocking(context: context) { _ = signal.wait() }
+                    continue
+                }
+            }
+            for (index, operation) in accepted.enumerated() {
+                scheduler.link(operation)
+                let baseReady = operation.loadState().isReady
+                if readiness[index] {
+                    if !baseReady { operation.queueFlags |= QueueLinkFlags.admittedByOverride }
+                    scheduler.pushReady(operation, lane: operation.readyLane)
+                } else if baseReady {
+                    recheck.append(operation)
+                }
+            }
+            for _ in 0..<min(accepted.count, WorkerPool.shared.targetConcurrency) {
+                let needed = scheduler.drainersNeeded()
+                if needed == 0 { break }
+                tickets += needed
+            }
+            stalled = scheduler.isStalled
+            wakeups = scheduler.takeWakeups()
+            lock.unlock()
+            break
+        }
+        startDrainers(tickets)
+        wakeups.fire()
+        for operation in recheck { operationReadinessMayHaveChanged(operation) }
+        if observedNow { notifyDidChange(["operations", "operationCount"]) }
+        if stalled { checkStall() }
+        return accepted
+    }
+
+    private func reportRefusedAdd(
+        _ operation: Operation,
+        refusal: OperationState.EnqueueRefusal,
+        owner: OperationQueue?,
+        inBatch: [Operation]
+    ) {
+        let state = operation.loadState()
+        let code: OperationMisuse.Code
+        let detail: String
+        if state.isFinished {
+            code = .addedAfterStart
+            detail = "was added to \(misuseSubject) after it finished. An operation runs once; create a new one to run the work again."
+        } else if refusal == .alreadyEnqueued, owner === self, inBatch.contains(where: { $0 === operation }) {
+            code = .duplicateInBatch
+            detail = "appears more than once in one addOperations call to \(misuseSubject); it was added once."
+        } else if refusal == .alreadyEnqueued, let owner {
+            code = .alreadyInQueue
+            detail = owner === self
+                ? "was added to \(misuseSubject) twice; it is already in this queue."
+                : "was added to \(misuseSubject), but it already belongs to \(owner.misuseSubject). An operation can be in one queue, once."
+        } else {
+            code = .addedAfterStart
+            detail = "was added to \(misuseSubject) while it is executing. Add operations to a queue before starting them."
+        }
+        OperationMisuse.report(code, subject: operation.misuseSubject, detail)
+    }
+
+    /// Adds a barrier: it depends on every operation in the queue now, and
+    /// operations added after it depend on it.
+    final func addBarrier(_ barrier: BarrierOperation) {
+        // Hold the barrier back until its dependencies are registered.
+        _ = barrier.withStateLock { $0.addUnfinishedDependency() }
+        let prior = lock.withLock { () -> [Operation] in
+            let operations = scheduler.operations
+            scheduler.lastBarrier = barrier
+            return operations
+        }
+        for operation in prior { barrier.addDependency(operation, hidden: false) }
+        enqueue(CollectionOfOne(barrier))
+        barrier.dependencyDidFinish()
+    }
+
+    // MARK: Drain loops
+
+    /// Starts `count` drain loops on the queue's executor.
+    final func startDrainers(_ count: Int) {
+        guard count > 0 else { return }
+        switch kind {
+        case .mainThread:
+            for _ in 0..<count {
+                DispatchQueue.main.async { self.drain(worker: nil) }
+            }
+        case .pool:
+            let (underlying, qos) = lock.withLock { (storedUnderlyingQueue, storedQualityOfService.index) }
+            for _ in 0..<count {
+                if let underlying {
+                    underlying.async { self.drain(worker: nil) }
+                } else {
+                    WorkerPool.shared.submit(self, qos: qos)
+                }
+            }
+        }
+    }
+
+    /// Starts ready operations one after another on the calling thread until
+    /// none can start, then returns. Finishing an operation and picking the
+    /// next one share one lock acquisition.
+    final func drain(worker: Worker?) {
+        let context = ThreadContext.current
+        let savedQueue = context.queue
+        context.queue = self
+        let pool = WorkerPool.shared
+        let queueQoS = lock.withLock { storedQualityOfService.index }
+        var toRetire: Operation?
+        var startedInSlice = 0
+        var sliceStart: UInt64 = 0
+        var yielded = false
+        let isObserved = observed.load(ordering: .relaxed)
+
+        lock.lock()
+        while true {
+            var stalled = false
+            let released = toRetire.flatMap { scheduler.retire($0) }
+            if startedInSlice > 0, shouldYieldSlice(worker: worker, pool: pool, started: startedInSlice, since: sliceStart) {
+                yielded = true
+            }
+            let next = yielded ? nil : scheduler.popNext()
+            if next == nil {
+                if !yielded { scheduler.drainers -= 1 }
+            } else {
+                scheduler.busyDrainers += 1
+            }
+            let tickets = scheduler.drainersNeeded()
+            if toRetire != nil { stalled = scheduler.isStalled }
+            let wakeups = toRetire != nil ? scheduler.takeWakeups() : Wakeups()
+            lock.unlock()
+
+            if let finished = toRetire {
+                toRetire = nil
+                finished.completeRetirement()
+                if isObserved { notifyDidChange(["operations", "operationCount"]) }
+            }
+            withExtendedLifetime(released) {}
+            wakeups.fire()
+            startDrainers(tickets)
+            if stalled { checkStall() }
+            guard let operation = next else { break }
+
+            if startedInSlice == 0 { sliceStart = pool.hasWaitingJobs ? monotonicNanoseconds() : 0 }
+            if let worker {
+                let qos = operation.loadState().qosIndex
+                worker.applyQualityOfService(index: qos == 2 ? queueQoS : qos)
+            }
+            context.queueStarting = operation
+            context.drainOperation = operation
+            context.drainOperationRetirePending = false
+            operation.start()
+            context.queueStarting = nil
+            context.drainOperation = nil
+            if context.drainOperationRetirePending {
+                context.drainOperationRetirePending = false
+                toRetire = operation
+                if isObserved { notifyWillChange(["operations", "operationCount"]) }
+            }
+            worker?.recordProgress()
+            startedInSlice += 1
+            lock.lock()
+            scheduler.busyDrainers -= 1
+        }
+        context.queue = savedQueue
+        if yielded { startDrainers(1) }
+    }
+
+    /// Whether a drain loop should give its thread back: the pool is
+    /// oversubscribed, or other jobs wait and this loop used its time slice
+    /// (2 ms). On the main thread, every 64 operations.
+    private func shouldYieldSlice(worker: Worker?, pool: WorkerPool, started: Int, since start: UInt64) -> Bool {
+        guard worker != nil else { return kind == .mainThread && started >= 64 }
+        guard pool.hasWaitingJobs else { return false }
+        if pool.shouldYield { return true }
+        return start == 0 || monotonicNanoseconds() &- start > 2_000_000
+    }
+
+    // MARK: Events from operations
+
+    /// A dependency of `operation` finished (or was removed): enter a lane if
+    /// it is ready now.
+    final func operationMayBeReady(_ operation: Operation) {
+        guard operation.isReady else { return }
+        admit(operation)
+    }
+
+    /// A subclass announced `isReady`: admit the operation or take it out of
+    /// its lane.
+    final func operationReadinessMayHaveChanged(_ operation: Operation) {
+        if operation.isReady {
+            admit(operation)
+        } else {
+            lock.withLock {
+                if operation.laneIndex > 0 { scheduler.removeFromLane(operation) }
+            }
+        }
+    }
+
+    private func admit(_ operation: Operation) {
+        lock.lock()
+        guard scheduler.canEnterLane(operation) else {
+            lock.unlock()
+            return
+        }
+        if !operation.loadState().isReady { operation.queueFlags |= QueueLinkFlags.admittedByOverride }
+        scheduler.pushReady(operation, lane: operation.readyLane)
+        let tickets = scheduler.drainersNeeded()
+        let wakeups = scheduler.takeWakeups()
+        lock.unlock()
+        startDrainers(tickets)
+        wakeups.fire()
+    }
+
+    /// A queued operation that had not started was cancelled: move it to the
+    /// cancelled lane, to be retired promptly.
+    final func operationWasCancelled(_ operation: Operation) {
+        lock.lock()
+        if operation.laneIndex > 0 { scheduler.removeFromLane(operation) }
+        guard scheduler.canEnterLane(operation) else {
+            lock.unlock()
+            return
+        }
+        scheduler.pushReady(operation, lane: QueueScheduler.cancelledLane)
+        let tickets = scheduler.drainersNeeded()
+        let wakeups = scheduler.takeWakeups()
+        lock.unlock()
+        startDrainers(tickets)
+        wakeups.fire()
+    }
+
+    /// A ready operation's priority changed: move it to its new lane.
+    final func operationPriorityDidChange(_ operation: Operation) {
+        lock.withLock {
+            guard operation.laneIndex > 0 else { return }
+            scheduler.removeFromLane(operation)
+            scheduler.pushReady(operation, lane: operation.readyLane)
+        }
+    }
+
+    /// An operation finished away from a drain loop (asynchronous operations,
+    /// announced finishes): release its slot and schedule more.
+    final func operationDidRetire(_ operation: Operation) {
+        let isObserved = observed.load(ordering: .relaxed)
+        if isObserved { notifyWillChange(["operations", "operationCount"]) }
+        lock.lock()
+        let released = scheduler.retire(operation)
+        let wakeups = scheduler.takeWakeups()
+        let tickets = scheduler.drainersNeeded()
+        let stalled = scheduler.isStalled
+        lock.unlock()
+        withExtendedLifetime(released) {}
+        wakeups.fire()
+        startDrainers(tickets)
+        if isObserved { notifyDidChange(["operations", "operationCount"]) }
+        if stalled { checkStall() }
+    }
+
+    // MARK: Stalls
+
+    /// The queue holds operations but none can start: if some dependency
+    /// edge was never verified, look for a cycle among its operations and
+    /// report it. If the report is refused, cancel the cycle so the queue
+    /// can drain.
+    final func checkStall() {
+        guard DependencyGraph.hasUnverifiedEdges else { return }
+        guard let cycle = DependencyGraph.findCycle(from: operations) else { return }
+        OperationMisuse.report(
+            .dependencyCycle,
+            subject: misuseSubject,
+            "cannot make progress: its operations wait on a dependency cycle: \(DependencyGraph.describe(cycle)). The operations on the cycle are cancelled so that the queue can drain."
+        )
+        for operation in Set(cycle) { operation.cancel() }
+    }
+}

@@ -1,0 +1,142 @@
+import Synchronization
+
+/// A programming error detected by the library, such as starting an
+/// operation that is not ready or adding one operation to two queues.
+///
+/// ## Policy
+/// Every misuse the library detects goes through one policy:
+///
+/// 1. The library builds an `OperationMisuse` whose ``message`` names the
+///    operation or queue and the rule that was broken.
+/// 2. It calls the active handler: the innermost one installed with
+///    ``withHandler(_:_:)`` on the current task or thread, otherwise the
+///    process-wide ``handler``.
+/// 3. With no handler installed, the process traps with the message, as
+///    Foundation raises an exception. This is the default.
+/// 4. If a handler is installed and returns, the offending call is
+///    **refused**: it returns without changing any state, so the operation,
+///    its queue and every unrelated operation carry on as if the call had
+///    never been made. A server can use this to record the misuse instead of
+///    crashing.
+///
+/// A misuse never leaves an operation or queue half-changed, whichever way
+/// it is handled.
+public struct OperationMisuse: Error, Sendable, CustomStringConvertible {
+    /// Identifies the rule that was broken. Extensible: new codes may be added.
+    public struct Code: Hashable, Sendable, CustomStringConvertible {
+        /// A stable identifier, such as `"startNotReady"`.
+        public let rawValue: String
+        /// Creates a code. Library codes are the static members.
+        public init(_ rawValue: String) { self.rawValue = rawValue }
+        public var description: String { rawValue }
+
+        /// `start()` was called on an operation whose `isReady` is false.
+        public static let startNotReady = Code("startNotReady")
+        /// `start()` was called on an operation that is already executing.
+        public static let startWhileExecuting = Code("startWhileExecuting")
+        /// `start()` was called on an operation that has already finished.
+        public static let startAfterFinished = Code("startAfterFinished")
+        /// `start()` was called by hand on an operation that a queue owns.
+        public static let startOwnedByQueue = Code("startOwnedByQueue")
+        /// A completion block was set after the operation began executing.
+        public static let completionBlockAfterStart = Code("completionBlockAfterStart")
+        /// The result of a cancelled `InvocationOperation` was read.
+        public static let cancelledInvocationResult = Code("cancelledInvocationResult")
+        /// `addExecutionBlock(_:)` was called after the operation began executing.
+        public static let executionBlockAfterStart = Code("executionBlockAfterStart")
+        /// An operation already owned by a queue was added to a queue.
+        public static let alreadyInQueue = Code("alreadyInQueue")
+        /// An executing or finished operation was added to a queue.
+        public static let addedAfterStart = Code("addedAfterStart")
+        /// The same operation appeared twice in one `addOperations` call.
+        public static let duplicateInBatch = Code("duplicateInBatch")
+        /// `maxConcurrentOperationCount` was set below -1.
+        public static let invalidMaxConcurrentOperationCount = Code("invalidMaxConcurrentOperationCount")
+        /// `threadPriority` was set outside 0.0 ... 1.0.
+        public static let invalidThreadPriority = Code("invalidThreadPriority")
+        /// A dependency would close (or has closed) a cycle.
+        public static let dependencyCycle = Code("dependencyCycle")
+        /// A wait can never end, because what it waits for can only run after
+        /// the waiting code itself.
+        public static let waitDeadlock = Code("waitDeadlock")
+        /// `underlyingQueue` was changed while the queue held operations.
+        public static let underlyingQueueWhileBusy = Code("underlyingQueueWhileBusy")
+        /// `finish()` was called on an asynchronous operation that never started.
+        public static let finishBeforeStart = Code("finishBeforeStart")
+        /// A bound on pending operations was set below 1.
+        public static let invalidPendingLimit = Code("invalidPendingLimit")
+    }
+
+    /// The rule that was broken.
+    public let code: Code
+    /// The operation or queue involved, as `Type "name" (0x…)`.
+    public let subject: String
+    /// A complete sentence naming the subject, the mistake and the fix.
+    public let message: String
+
+    public var description: String { message }
+
+    /// Receives misuses. If it returns, the offending call is refused.
+    public typealias Handler = @Sendable (OperationMisuse) -> Void
+
+    private static let globalHandler = Mutex<Handler?>(nil)
+    @TaskLocal private static var scopedHandler: Handler?
+
+    /// The process-wide handler, or nil to trap (the default).
+    ///
+    /// Setting it affects every thread; prefer ``withHandler(_:_:)`` where
+    /// the misuse happens on the calling thread or task.
+    public static var handler: Handler? {
+        get { globalHandler.withLock { $0 } }
+        set { globalHandler.withLock { $0 = newValue } }
+    }
+
+    /// Runs `body` with `handler` receiving the misuses detected on this
+    /// task or thread (and tasks it creates), instead of trapping.
+    public static func withHandler<R>(
+        _ handler: @escaping Handler,
+        _ body: () throws -> R
+    ) rethrows -> R {
+        try $scopedHandler.withValue(handler, operation: body)
+    }
+
+    /// Runs `body` with `handler` receiving the misuses detected on this task.
+    public static func withHandler<R>(
+        _ handler: @escaping Handler,
+        isolation: isolated (any Actor)? = #isolation,
+        _ body: () async throws -> R
+    ) async rethrows -> R {
+        try await $scopedHandler.withValue(handler, operation: body)
+    }
+
+    /// Reports a misuse. Returns only if a handler refused the call.
+    static func report(_ code: Code, subject: String, _ detail: String) {
+        let misuse = OperationMisuse(
+            code: code,
+            subject: subject,
+            message: "Operations misuse [\(code.rawValue)]: \(subject) \(detail)"
+        )
+        if let handler = scopedHandler ?? globalHandler.withLock({ $0 }) {
+            handler(misuse)
+            return
+        }
+        fatalError(misuse.message)
+    }
+}
+
+extension Operation {
+    /// `Type "name" (0x…)`, used in misuse messages and descriptions.
+    var misuseSubject: String {
+        let type = String(describing: Swift.type(of: self))
+        let address = "0x" + String(UInt(bitPattern: ObjectIdentifier(self).hashValue), radix: 16)
+        if let name { return "\(type) \"\(name)\" (\(address))" }
+        return "\(type) (\(address))"
+    }
+}
+
+extension OperationQueue {
+    /// `OperationQueue "name"`, used in misuse messages.
+    var misuseSubject: String {
+        "\(String(describing: Swift.type(of: self))) \"\(name ?? "unnamed")\""
+    }
+}

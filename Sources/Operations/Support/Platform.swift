@@ -1,0 +1,141 @@
+#if canImport(Glibc)
+import Glibc
+#elseif canImport(Musl)
+import Musl
+#elseif canImport(Darwin)
+import Darwin
+#endif
+
+/// Thin wrappers over the operating system calls the scheduler needs, kept
+/// in one place so that the rest of the library reads as Swift.
+enum Platform {
+    /// Online processors, at least 1.
+    static let processorCount: Int = {
+        let count = sysconf(Int32(_SC_NPROCESSORS_ONLN))
+        return count > 0 ? count : 1
+    }()
+
+    /// The kernel's id for the calling thread (Linux), or 0 where unknown.
+    ///
+    /// Glibc's `gettid()` is not visible to Swift, so this reads the
+    /// `/proc/thread-self` link once per thread; callers cache the result.
+    static func currentThreadID() -> Int32 {
+        #if os(Linux)
+        var buffer = [CChar](repeating: 0, count: 64)
+        let length = readlink("/proc/thread-self", &buffer, 63)
+        guard length > 0 else { return 0 }
+        var value: Int32 = 0
+        // The link reads "<pid>/task/<tid>"; take the digits after the last '/'.
+        for byte in buffer[0..<length] {
+            if byte == 0x2F { value = 0; continue }
+            guard byte >= 0x30, byte <= 0x39 else { continue }
+            value = value &* 10 &+ Int32(byte - 0x30)
+        }
+        return value
+        #else
+        return 0
+        #endif
+    }
+
+    /// Whether the calling thread is the process's main thread.
+    static func isMainThread(threadID: Int32) -> Bool {
+        #if os(Linux)
+        return threadID != 0 && threadID == getpid()
+        #elseif canImport(Darwin)
+        return pthread_main_np() != 0
+        #else
+        return false
+        #endif
+    }
+
+    /// Names the calling thread (visible in `top -H`, debuggers and crash logs).
+    static func setCurrentThreadName(_ name: String) {
+        #if os(Linux)
+        let descriptor = open("/proc/thread-self/comm", O_WRONLY)
+        guard descriptor >= 0 else { return }
+        let truncated = String(name.utf8.prefix(15)) ?? name
+        _ = truncated.withCString { write(descriptor, $0, strlen($0)) }
+        close(descriptor)
+        #elseif canImport(Darwin)
+        _ = name.withCString { pthread_setname_np($0) }
+        #endif
+    }
+
+    /// The calling thread's name, or nil.
+    static func currentThreadName() -> String? {
+        #if os(Linux)
+        let descriptor = open("/proc/thread-self/comm", O_RDONLY)
+        guard descriptor >= 0 else { return nil }
+        defer { close(descriptor) }
+        var buffer = [UInt8](repeating: 0, count: 32)
+        let count = read(descriptor, &buffer, 31)
+        guard count > 0 else { return nil }
+        var end = count
+        while end > 0, buffer[end - 1] == 0x0A { end -= 1 }
+        return String(decoding: buffer[0..<end], as: UTF8.self)
+        #else
+        return nil
+        #endif
+    }
+
+    // MARK: Thread priority
+
+    /// The calling thread's nice value (Linux: per thread), or nil if unknown.
+    static func currentNice() -> Int32? {
+        #if os(Linux)
+        errno = 0
+        let value = getpriority(__priority_which_t(PRIO_PROCESS.rawValue), 0)
+        return errno == 0 ? value : nil
+        #else
+        return nil
+        #endif
+    }
+
+    /// Sets the calling thread's nice value. On Linux `who == 0` names the
+    /// calling thread, not the whole process. Returns false when the system
+    /// refuses (raising priority needs `CAP_SYS_NICE` or `RLIMIT_NICE`).
+    @discardableResult
+    static func setCurrentNice(_ value: Int32) -> Bool {
+        #if os(Linux)
+        let clamped = min(19, max(-20, value))
+        return setpriority(__priority_which_t(PRIO_PROCESS.rawValue), 0, clamped) == 0
+        #else
+        return false
+        #endif
+    }
+
+    /// Whether this process may lower nice values (raise priority), so that a
+    /// priority change can always be undone. True for root, or when
+    /// `RLIMIT_NICE` allows going back to the default.
+    static let canRaisePriority: Bool = {
+        #if os(Linux)
+        if geteuid() == 0 { return true }
+        var limit = rlimit()
+        // RLIMIT_NICE is 13 on Linux; the constant is not imported into Swift.
+        guard getrlimit(__rlimit_resource_t(13), &limit) == 0 else { return false }
+        // The ceiling is 20 - rlim_cur: a limit of 20 or more allows nice 0.
+        return limit.rlim_cur == rlim_t.max || limit.rlim_cur >= 20
+        #else
+        return false
+        #endif
+    }()
+
+    /// The scheduler state letter of a thread of this process (`R` running,
+    /// `S` sleeping, `D` uninterruptible I/O, ...), or nil.
+    static func threadState(threadID: Int32) -> UInt8? {
+        #if os(Linux)
+        guard threadID > 0 else { return nil }
+        let descriptor = open("/proc/self/task/\(threadID)/stat", O_RDONLY)
+        guard descriptor >= 0 else { return nil }
+        defer { close(descriptor) }
+        var buffer = [UInt8](repeating: 0, count: 128)
+        let count = read(descriptor, &buffer, 128)
+        guard count > 0 else { return nil }
+        // Format: "tid (comm) S ..." and comm may contain spaces or ')'.
+        guard let close = buffer[0..<count].lastIndex(of: 0x29), close + 2 < count else { return nil }
+        return buffer[close + 2]
+        #else
+        return nil
+        #endif
+    }
+}

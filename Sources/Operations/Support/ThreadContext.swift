@@ -1,0 +1,75 @@
+#if canImport(Glibc)
+import Glibc
+#elseif canImport(Musl)
+import Musl
+#elseif canImport(Darwin)
+import Darwin
+#endif
+
+/// What the calling thread is doing on behalf of the library: which queue
+/// and operation it runs, whether it is a pool worker, and so on.
+///
+/// One instance per thread, created on first use and released by the
+/// thread-specific-data destructor when the thread exits. Only its own
+/// thread reads or writes it, so it needs no lock.
+///
+/// The object references are `unowned(unsafe)`: each is set by a frame that
+/// holds a strong reference for as long as the field is set, and restored
+/// before that frame returns.
+final class ThreadContext {
+    /// The queue whose operation (or completion block) this thread is running.
+    unowned(unsafe) var queue: OperationQueue?
+    /// The innermost operation whose `start()` is running on this thread.
+    unowned(unsafe) var operation: Operation?
+    /// Set by a queue around its call to `operation.start()`, so that the
+    /// base `start()` can tell the queue's call from a user's.
+    unowned(unsafe) var queueStarting: Operation?
+    /// The operation whose completion block this thread is running.
+    unowned(unsafe) var completing: Operation?
+    /// The operation a queue's drain loop is starting on this thread; when it
+    /// finishes synchronously the loop retires it under the same lock
+    /// acquisition it uses to pick the next operation.
+    unowned(unsafe) var drainOperation: Operation?
+    /// Set by the finishing path when `drainOperation` finished on this thread.
+    var drainOperationRetirePending = false
+    /// The pool worker this thread is, if any.
+    unowned(unsafe) var worker: Worker?
+
+    private var cachedThreadID: Int32 = -1
+
+    /// The kernel thread id, read once.
+    var threadID: Int32 {
+        if cachedThreadID < 0 { cachedThreadID = Platform.currentThreadID() }
+        return cachedThreadID
+    }
+
+    /// Whether this is the process's main thread.
+    lazy var isMainThread: Bool = Platform.isMainThread(threadID: threadID)
+
+    private static let key: pthread_key_t = {
+        var key = pthread_key_t()
+        let status = pthread_key_create(&key) { pointer in
+            guard let pointer else { return }
+            Unmanaged<ThreadContext>.fromOpaque(pointer).release()
+        }
+        precondition(status == 0, "pthread_key_create failed with \(status)")
+        return key
+    }()
+
+    /// The calling thread's context, created on first use.
+    static var current: ThreadContext {
+        @inline(__always) get {
+            if let pointer = pthread_getspecific(key) {
+                return Unmanaged<ThreadContext>.fromOpaque(pointer).takeUnretainedValue()
+            }
+            return makeCurrent()
+        }
+    }
+
+    @inline(never)
+    private static func makeCurrent() -> ThreadContext {
+        let context = ThreadContext()
+        pthread_setspecific(key, Unmanaged.passRetained(context).toOpaque())
+        return context
+    }
+}

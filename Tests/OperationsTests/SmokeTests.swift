@@ -1,0 +1,3 @@
+import Testing
+@testable import Operations
+@Test func smoke() { #expect(BlockOperation().isReady) }
