@@ -10,7 +10,7 @@ struct ResultOperationTests {
     func syncResults() {
         let ok = ResultOperation { () -> Int in 42 }
         ok.start()
-        #expect(try ok.result?.get() == 42)
+        #expect(ok.result?.get() == 42)
 
         let failing = ResultOperation { () throws(ParseError) -> Int in throw ParseError(line: 3) }
         failing.start()
@@ -32,7 +32,7 @@ struct ResultOperationTests {
         #expect(sentence.dependencies.count == 2)
         let queue = OperationQueue()
         queue.addOperations([sentence, word, number], waitUntilFinished: true)
-        #expect(try sentence.result?.get() == "21 apples")
+        #expect(sentence.result?.get() == "21 apples")
         let value = try await withTimeLimit { try await sentence.value }
         #expect(value == "21 apples")
     }
