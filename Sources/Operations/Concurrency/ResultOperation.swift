@@ -124,7 +124,7 @@ open class ResultOperation<Success: Sendable, Failure: Error>: Operation, @unche
             super.start()
             return
         }
-        let context = ThreadContext.current
+        unowned(unsafe) let context = ThreadContext.current
         guard beginStart(context: context) else { return }
         guard case .async(let work)? = takeBody() else {
             finish(announced: false)

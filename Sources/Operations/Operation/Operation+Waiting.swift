@@ -5,7 +5,7 @@ extension Operation {
     final func performWait(deadline: UInt64?) -> Bool {
         let snapshot = loadState()
         if snapshot.isRetired { return true }
-        let context = ThreadContext.current
+        unowned(unsafe) let context = ThreadContext.current
         // Waiting from the operation's own completion block: it has finished.
         if snapshot.isFinished, context.completing === self { return true }
         if let reason = waitDeadlockReason(context: context) {

@@ -65,6 +65,15 @@ struct OperationState: Equatable, Sendable, CustomStringConvertible {
     private static let dependencyShift: UInt64 = 32
     private static let dependencyUnit: UInt64 = 1 << 32
 
+    /// Bits that must all be clear (except `enqueued`, for a queue's start)
+    /// for `start()` to take its fast path: unlocked, pending, not started,
+    /// not cancelled, unobserved, no failure policy, no dependencies.
+    static let fastStartMask: UInt64 = lockBit | phaseMask | cancelledBit | enqueuedBit | observedBit
+        | startedBit | failurePolicyBit | (UInt64(UInt32.max) << dependencyShift)
+    static let enqueuedFlag: UInt64 = enqueuedBit
+    static let startedFlag: UInt64 = startedBit
+    static let executingPhase: UInt64 = Phase.executing.rawValue << phaseShift
+
     /// Normal priority (index 2), default QoS (index 2), pending, no dependencies.
     static let defaultRaw: UInt64 = (2 << 8) | (2 << 11)
 

@@ -25,7 +25,7 @@ extension OperationQueue {
 
     @discardableResult
     final func waitUntilEmpty(deadline: UInt64?) -> Bool {
-        let context = ThreadContext.current
+        unowned(unsafe) let context = ThreadContext.current
         if context.queue === self, let current = context.operation ?? context.completing {
             OperationMisuse.report(
                 .waitDeadlock,
@@ -62,7 +62,7 @@ extension OperationQueue {
     /// returns true or `deadline` passes: how the main thread waits for
     /// `OperationQueue.main` without deadlocking. Returns whether `done`.
     final func runOnCallingThread(until done: () -> Bool, deadline: UInt64?) -> Bool {
-        let context = ThreadContext.current
+        unowned(unsafe) let context = ThreadContext.current
         while !done() {
             let now = monotonicNanoseconds()
             if let deadline, now >= deadline { return false }
@@ -82,16 +82,17 @@ extension OperationQueue {
                 _ = signal.wait(deadline: min(deadline ?? .max, now &+ 50_000_000))
                 continue
             }
-            let savedQueue = context.queue
+            let savedQueue = context.queueReference
             context.queue = self
             emit(.started(operation))
-            context.queueStarting = operation
-            context.drainOperation = operation
+            let reference = Unmanaged.passUnretained(operation)
+            context.queueStartingReference = reference
+            context.drainOperationReference = reference
             context.drainOperationRetirePending = false
             operation.start()
-            context.queueStarting = nil
-            context.drainOperation = nil
-            context.queue = savedQueue
+            context.queueStartingReference = nil
+            context.drainOperationReference = nil
+            context.queueReference = savedQueue
             let retire = context.drainOperationRetirePending
             context.drainOperationRetirePending = false
             lock.lock()

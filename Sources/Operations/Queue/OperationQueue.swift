@@ -49,7 +49,8 @@ open class OperationQueue: @unchecked Sendable {
     }
 
     final let lock = PlatformLock()
-    final var scheduler = QueueScheduler()
+    /// Guarded by `lock`, which guarantees exclusivity: dynamic checks off.
+    @exclusivity(unchecked) final var scheduler = QueueScheduler()
     final let kind: Kind
     final var storedName: String?
     final var storedQualityOfService: QualityOfService = .default
@@ -71,6 +72,10 @@ open class OperationQueue: @unchecked Sendable {
     /// Creates a concurrent queue that runs on the shared worker pool.
     public init() {
         kind = .pool
+    }
+
+    deinit {
+        scheduler.releaseStorage()
     }
 
     init(mainThread: Void) {
@@ -217,12 +222,12 @@ open class OperationQueue: @unchecked Sendable {
     /// (``OperationMisuse/Code/alreadyInQueue``,
     /// ``OperationMisuse/Code/addedAfterStart``).
     open func addOperation(_ operation: Operation) {
-        enqueue(CollectionOfOne(operation))
+        enqueueOne(operation)
     }
 
     /// Wraps `block` in a ``BlockOperation`` and adds it.
     open func addOperation(_ block: @escaping @Sendable () -> Void) {
-        enqueue(CollectionOfOne(BlockOperation(block: block)))
+        enqueueOne(BlockOperation(block: block))
     }
 
     /// Adds several operations in one step and, if `wait` is true, blocks
@@ -272,7 +277,7 @@ open class OperationQueue: @unchecked Sendable {
     /// an `async` operation body), or ``OperationQueue/main`` on the main
     /// thread, otherwise nil.
     open class var current: OperationQueue? {
-        let context = ThreadContext.current
+        unowned(unsafe) let context = ThreadContext.current
         if let queue = context.queue { return queue }
         if let queue = OperationTaskContext.current?.queue { return queue }
         return context.isMainThread ? OperationQueue.main : nil
