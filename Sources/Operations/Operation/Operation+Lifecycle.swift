@@ -12,7 +12,7 @@ extension Operation {
     /// false when the call was a misuse that a handler refused, or when the
     /// operation had been cancelled and has now finished without its body.
     final func beginStart(context: ThreadContext) -> Bool {
-        let snapshot = loadState()
+        var snapshot = loadState()
         let startedByQueue = context.queueStarting === self
         if snapshot.isEnqueued && !startedByQueue {
             let owner = withStateLock { _ in storedQueue?.misuseSubject } ?? "a queue"
@@ -26,6 +26,10 @@ extension Operation {
         if let refusal = startRefusal(snapshot) {
             OperationMisuse.report(refusal.code, subject: misuseSubject, refusal.detail)
             return false
+        }
+        if snapshot.hasFailurePolicy, !snapshot.isCancelled {
+            applyFailurePolicy(after: withStateLock { _ in storedDependencies.array })
+            snapshot = loadState()
         }
         if !startedByQueue, !snapshot.isCancelled, !isReady {
             OperationMisuse.report(.startNotReady, subject: misuseSubject, notReadyExplanation())
@@ -107,6 +111,7 @@ extension Operation {
         var completion: (@Sendable () -> Void)?
         var queue: OperationQueue?
         var barrier: Operation?
+        var handlers: [@Sendable () -> Void] = []
         let outcome = withStateLock { state -> OperationState.FinishOutcome in
             let outcome = state.finish()
             if case .finished = outcome {
@@ -117,16 +122,23 @@ extension Operation {
                 // keep every earlier operation of the queue alive.
                 barrier = extras?.hiddenDependency
                 extras?.hiddenDependency = nil
+                // Cancellation handlers (an async body's task) are useless now,
+                // and may reference this operation.
+                if let extras, !extras.cancellationHandlers.isEmpty {
+                    handlers = extras.cancellationHandlers
+                    extras.cancellationHandlers = []
+                }
                 queue = storedQueue
             }
             return outcome
         }
         withExtendedLifetime(barrier) {}
+        withExtendedLifetime(handlers) {}
         guard case .finished(let wasExecuting) = outcome else { return }
         if observed {
             notifyDidChange(wasExecuting ? ["isExecuting", "isFinished"] : ["isFinished"])
         }
-        dependents.forEach { $0.dependencyDidFinish() }
+        dependents.forEach { $0.dependencyDidFinish(self) }
         dependents = .empty
         if let completion {
             let context = ThreadContext.current
@@ -175,8 +187,12 @@ extension Operation {
         for callback in callbacks { callback() }
     }
 
-    /// One of this operation's counted dependencies finished.
-    final func dependencyDidFinish() {
+    /// One of this operation's counted dependencies finished (`dependency`
+    /// is nil for the internal holds a queue places on barriers).
+    final func dependencyDidFinish(_ dependency: Operation? = nil) {
+        // A failure policy cancels before the operation can become ready, so
+        // that a queue never starts it.
+        if let dependency, loadState().hasFailurePolicy { applyFailurePolicy(after: [dependency]) }
         let snapshot = loadState()
         let mayBecomeReady = snapshot.unfinishedDependencies == 1 && !snapshot.isCancelled
             && snapshot.phase == .pending && !snapshot.hasStarted

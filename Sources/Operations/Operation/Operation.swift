@@ -396,6 +396,10 @@ final class OperationExtras {
     var cancellationHandlers: [@Sendable () -> Void] = []
     /// A dependency that `dependencies` does not list: the queue's barrier.
     var hiddenDependency: Operation?
-    /// The operation's outcome, for operations that produce one.
-    var outcome: Any?
+    /// The error the operation failed with (`ResultOperation`, failure policies).
+    var failure: (any Error)?
+    /// What happens when a dependency fails or is cancelled.
+    var failurePolicy: DependencyFailurePolicy = .runAnyway
+    /// The dependency failures that made a failure policy cancel the operation.
+    var dependencyErrors: [DependencyError] = []
 }

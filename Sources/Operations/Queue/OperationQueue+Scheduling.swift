@@ -114,6 +114,7 @@ extension OperationQueue {
             lock.unlock()
             break
         }
+        for operation in accepted { emit(.added(operation)) }
         startDrainers(tickets)
         wakeups.fire()
         for operation in recheck { operationReadinessMayHaveChanged(operation) }
@@ -223,6 +224,8 @@ extension OperationQueue {
                 toRetire = nil
                 finished.completeRetirement()
                 if isObserved { notifyDidChange(["operations", "operationCount"]) }
+                emit(.finished(finished))
+                if wakeups.drained { emit(.drained) }
             }
             withExtendedLifetime(released) {}
             wakeups.fire()
@@ -235,6 +238,7 @@ extension OperationQueue {
                 let qos = operation.loadState().qosIndex
                 worker.applyQualityOfService(index: qos == 2 ? queueQoS : qos)
             }
+            emit(.started(operation))
             context.queueStarting = operation
             context.drainOperation = operation
             context.drainOperationRetirePending = false
@@ -342,6 +346,8 @@ extension OperationQueue {
         wakeups.fire()
         startDrainers(tickets)
         if isObserved { notifyDidChange(["operations", "operationCount"]) }
+        emit(.finished(operation))
+        if wakeups.drained { emit(.drained) }
         if stalled { checkStall() }
     }
 

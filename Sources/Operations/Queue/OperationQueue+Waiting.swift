@@ -40,15 +40,13 @@ extension OperationQueue {
         let signal = WaitSignal()
         let empty = lock.withLock { () -> Bool in
             if scheduler.count == 0 { return true }
-            scheduler.drainWaiters.append(signal)
+            // On a timeout the callback stays until the queue drains; it only
+            // signals this (then unused) signal.
+            scheduler.drainCallbacks.append { signal.signal() }
             return false
         }
         if empty { return true }
-        let done = WorkerPool.shared.blocking(context: context) { signal.wait(deadline: deadline) }
-        if !done {
-            lock.withLock { scheduler.drainWaiters.removeAll { $0 === signal } }
-        }
-        return done
+        return WorkerPool.shared.blocking(context: context) { signal.wait(deadline: deadline) }
     }
 
     /// Waits for exactly `operations` (the ones an `addOperations` call
@@ -86,6 +84,7 @@ extension OperationQueue {
             }
             let savedQueue = context.queue
             context.queue = self
+            emit(.started(operation))
             context.queueStarting = operation
             context.drainOperation = operation
             context.drainOperationRetirePending = false
@@ -103,7 +102,11 @@ extension OperationQueue {
             let tickets = scheduler.drainersNeeded()
             lock.unlock()
             withExtendedLifetime(released) {}
-            if retire { operation.completeRetirement() }
+            if retire {
+                operation.completeRetirement()
+                emit(.finished(operation))
+                if wakeups.drained { emit(.drained) }
+            }
             wakeups.fire()
             startDrainers(tickets)
         }

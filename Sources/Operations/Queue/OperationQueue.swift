@@ -35,9 +35,10 @@ import Synchronization
 /// `import class Operations.OperationQueue`.
 open class OperationQueue: @unchecked Sendable {
     // @unchecked Sendable: `scheduler`, `storedName`, `storedQualityOfService`,
-    // `storedUnderlyingQueue`, `observers` and `pendingLimit`-related state
-    // are read and written only while `lock` is held. `observed` is atomic.
-    // `kind` is immutable.
+    // `storedUnderlyingQueue`, `observers`, `pendingLimitPolicy`,
+    // `eventSinks` and `nextEventSinkID` are read and written only while
+    // `lock` is held. `observed` and `hasEventSinks` are atomic. `kind` is
+    // immutable.
 
     /// Where drain loops run.
     enum Kind {
@@ -57,6 +58,11 @@ open class OperationQueue: @unchecked Sendable {
     final let observed = Atomic<Bool>(false)
     /// What synchronous adds do when the pending limit is reached.
     final var pendingLimitPolicy: PendingLimitPolicy = .block
+    /// Subscribers to `events`, by id.
+    final var eventSinks: [Int: AsyncStream<Event>.Continuation] = [:]
+    final var nextEventSinkID = 0
+    /// Whether `eventSinks` is non-empty (read without the lock).
+    final let hasEventSinks = Atomic<Bool>(false)
 
     /// The value of ``maxConcurrentOperationCount`` that lets the system
     /// choose: -1, as in Foundation.
@@ -150,6 +156,7 @@ open class OperationQueue: @unchecked Sendable {
             }
             startDrainers(tickets)
             notifyDidChange(["isSuspended"])
+            emit(.suspended(newValue))
         }
     }
 
@@ -261,11 +268,13 @@ open class OperationQueue: @unchecked Sendable {
 
     // MARK: Current and main
 
-    /// The queue that is running the current operation, or
-    /// ``OperationQueue/main`` on the main thread, otherwise nil.
+    /// The queue that is running the current operation (including inside
+    /// an `async` operation body), or ``OperationQueue/main`` on the main
+    /// thread, otherwise nil.
     open class var current: OperationQueue? {
         let context = ThreadContext.current
         if let queue = context.queue { return queue }
+        if let queue = OperationTaskContext.current?.queue { return queue }
         return context.isMainThread ? OperationQueue.main : nil
     }
 

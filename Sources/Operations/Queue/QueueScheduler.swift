@@ -67,8 +67,8 @@ struct QueueScheduler {
     /// The barrier that operations added now must wait for, if unfinished.
     var lastBarrier: Operation?
 
-    /// Threads waiting for the queue to drain (`waitUntilAllOperationsAreFinished`).
-    var drainWaiters: [WaitSignal] = []
+    /// Called once when the queue next becomes empty (blocking and `async` waits).
+    var drainCallbacks: [@Sendable () -> Void] = []
     /// Threads waiting for any change (main-thread waits that run operations inline).
     var changeWaiters: [WaitSignal] = []
     /// Bound on unfinished operations (backpressure), or nil.
@@ -234,10 +234,11 @@ struct QueueScheduler {
     /// empty, change waiters, and producers for whom there is now room.
     mutating func takeWakeups() -> Wakeups {
         var wakeups = Wakeups()
-        if count == 0, !drainWaiters.isEmpty {
-            wakeups.signals = drainWaiters
-            drainWaiters = []
+        if count == 0, !drainCallbacks.isEmpty {
+            wakeups.resumptions = drainCallbacks
+            drainCallbacks = []
         }
+        wakeups.drained = count == 0
         if !changeWaiters.isEmpty {
             wakeups.signals += changeWaiters
             changeWaiters = []
@@ -291,6 +292,8 @@ struct QueueScheduler {
 struct Wakeups {
     var signals: [WaitSignal] = []
     var resumptions: [@Sendable () -> Void] = []
+    /// The queue became empty.
+    var drained = false
 
     func fire() {
         for signal in signals { signal.signal() }
