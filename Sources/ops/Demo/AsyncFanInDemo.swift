@@ -52,7 +52,7 @@ enum AsyncFanInDemo {
     static let demo = DemoCase(
         name: "async-fan-in",
         summary: "001: two async operations finished from callbacks; a sync one runs after both",
-        source: "001 (MLAsyncOperation): async operations finished from a callback, ordered by addDependency",
+        source: "001_53bf042318cdf66c.txt, 構造異步NSOperation進行異步任務調度: MLAsyncOperation and its test (asyncMethod1, asyncMethod2, then method1)",
         run: run
     )
 

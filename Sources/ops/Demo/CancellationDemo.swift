@@ -44,7 +44,7 @@ enum CancellationDemo {
     static let demo = DemoCase(
         name: "cancellation",
         summary: "002 Listing 2-4 and Canceling Operations: cancelAllOperations, polling isCancelled, dependents released",
-        source: "002 (Responding to Cancellation Events, Listing 2-4; Canceling Operations)",
+        source: "002_3bc8448bbd9b168b.txt, Responding to Cancellation Events (Listing 2-4) and Canceling Operations",
         run: run
     )
 

@@ -9,7 +9,7 @@ enum ConcurrentOperationDemo {
     static let demo = DemoCase(
         name: "concurrent-operation",
         summary: "002 Listings 2-5..2-7 and 004's MyOperation: hand-built concurrent operations, by hand and in queues",
-        source: "002 (Configuring Operations for Concurrent Execution, Listings 2-5..2-7) and 004 (建立concurrent Operation)",
+        source: "002_3bc8448bbd9b168b.txt, Configuring Operations for Concurrent Execution (Listings 2-5..2-7); 004_44ab66dbe4ae2dbf.txt, 建立concurrent Operation (MyOperation)",
         run: run
     )
 

@@ -7,7 +7,8 @@ struct DemoCase: Sendable {
     let name: String
     /// One line for `ops demo --list`.
     let summary: String
-    /// The document and section reproduced, for the header.
+    /// The document (file in the specification) and section reproduced,
+    /// for the header.
     let source: String
     /// Runs the example, recording what happens and checking it in `log`.
     let run: @Sendable (DemoLog) -> Void
@@ -51,7 +52,7 @@ struct Demo: AsyncParsableCommand {
     var name: String?
 
     /// How long one demo may take before the watchdog declares a hang.
-    static let watchdogSeconds = 30
+    static let watchdogSeconds = 60
 
     func validate() throws {
         if let name, DemoCatalog.named(name) == nil {
@@ -115,6 +116,6 @@ struct Demo: AsyncParsableCommand {
     private static func printHeader(_ demo: DemoCase) {
         let title = "== \(demo.name) "
         Console.line(title + String(repeating: "=", count: max(4, 78 - title.count)))
-        Console.line("   " + demo.source)
+        Console.line("   Reproduces " + demo.source)
     }
 }

@@ -11,10 +11,15 @@ import Darwin
 /// Names of threads, as the kernel knows them.
 enum ThreadInfo {
     /// The calling thread's name from `/proc/thread-self/comm` (the library's
-    /// workers are `ops.worker.N`), or `main` for the process's main thread.
+    /// workers are `ops.worker.N`), `main` for the process's main thread,
+    /// and `dispatch` for Dispatch's own threads (named after their
+    /// quality-of-service root queue, e.g. `oot.default-qos` once cut to 15
+    /// bytes).
     static func label() -> String {
         if isMainThread { return "main" }
-        return name() ?? "?"
+        guard let name = name() else { return "?" }
+        if name.hasSuffix("-qos") || name.contains("-qos.") { return "dispatch" }
+        return name
     }
 
     /// The calling thread's kernel name (at most 15 bytes), or nil.

@@ -46,7 +46,7 @@ enum InvocationDemo {
     static let demo = DemoCase(
         name: "invocation",
         summary: "002 Listing 2-1: InvocationOperation with unapplied method references; result; cancelled result",
-        source: "002 (Creating an NSInvocationOperation Object, Listing 2-1)",
+        source: "002_3bc8448bbd9b168b.txt, Creating an NSInvocationOperation Object (Listing 2-1)",
         run: run
     )
 

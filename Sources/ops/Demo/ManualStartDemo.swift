@@ -7,7 +7,7 @@ enum ManualStartDemo {
     static let demo = DemoCase(
         name: "manual-start",
         summary: "002 Listing 2-8: performOperation runs ready operations by hand, concurrent ones on a new thread",
-        source: "002 (Executing Operations Manually, Listing 2-8)",
+        source: "002_3bc8448bbd9b168b.txt, Executing Operations Manually (Listing 2-8)",
         run: run
     )
 

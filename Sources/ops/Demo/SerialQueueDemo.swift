@@ -26,7 +26,7 @@ enum SerialQueueDemo {
     static let demo = DemoCase(
         name: "serial-queue",
         summary: "003: maxConcurrentOperationCount = 1 runs operation1..3 one at a time, in order; then = 2",
-        source: "003 (NSOperationQueue, maxConcurrentOperationCount): operation1..3 and operation2's completion block",
+        source: "003_ddbcdc343759a351.txt, NSOperationQueue: maxConcurrentOperationCount = 1, then 2 (operation1..3); the simple custom SAMOperation",
         run: run
     )
 
@@ -90,8 +90,13 @@ enum SerialQueueDemo {
             return operation
         }
         operations[1].completionBlock = { log.note("operation2-completionBlock") }
+        let recorder = StateRecorder(log: log)
+        for operation in operations {
+            recorder.watch(operation, as: operation.name ?? "?", printInitialValues: false)
+        }
         for operation in operations { queue.addOperation(operation) }
         let drained = queue.waitUntilAllOperationsAreFinished(timeout: .seconds(10))
+        recorder.stop()
 
         log.check(drained, "waitUntilAllOperationsAreFinished returned within 10 s")
         log.check(meter.peak <= 2, "never more than two operations ran at a time", detail: "\(meter.peak) ran at once")

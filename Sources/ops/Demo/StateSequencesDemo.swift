@@ -42,7 +42,7 @@ enum StateSequencesDemo {
     static let demo = DemoCase(
         name: "state-sequences",
         summary: "003: KVO sequences for start+cancel, cancel+start, a queue, a queue with a dependency",
-        source: "003 (Operation操作流程): the isReady/isCancelled/isExecuting/isFinished sequences, four cases",
+        source: "003_ddbcdc343759a351.txt, Operation操作流程: start then cancel; cancel then start; a queue without, then with, a dependency",
         run: run
     )
 

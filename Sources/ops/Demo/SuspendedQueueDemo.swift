@@ -7,7 +7,7 @@ enum SuspendedQueueDemo {
     static let demo = DemoCase(
         name: "suspended-queue",
         summary: "004: a suspended queue (max 5) starts nothing; resumed, no.1 and no.2 run together, no.3 after no.2",
-        source: "004 (Operation在Queue的用法): runOperationsatCustomQueue, a suspended queue resumed",
+        source: "004_44ab66dbe4ae2dbf.txt, Operation在Queue的用法: runOperationsatCustomQueue, a suspended queue (max 5) resumed",
         run: run
     )
 

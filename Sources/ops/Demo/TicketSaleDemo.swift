@@ -5,6 +5,7 @@ import Synchronization
 /// serial queue, under one lock (the article's `NSLock`; here a `Mutex`).
 final class TicketOffice: Sendable {
     // Sendable: `state` is a Mutex.
+    /// One ticket sold: by which window, and how many were left after it.
     struct Sale: Sendable {
         let window: String
         let remaining: Int
@@ -53,7 +54,7 @@ enum TicketSaleDemo {
     static let demo = DemoCase(
         name: "ticket-sale",
         summary: "003: three serial queues sell 50 tickets under a lock; each sold once, never below zero",
-        source: "003 (線程安全和線程同步): three windows (serial queues) sell 50 train tickets under a lock",
+        source: "003_ddbcdc343759a351.txt, 線程安全和線程同步: three windows (serial queues) sell 50 train tickets under a lock",
         run: run
     )
 
