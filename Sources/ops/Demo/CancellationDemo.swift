@@ -87,7 +87,7 @@ enum CancellationDemo {
         recorder.stop()
 
         let outcome = looper.outcome.withLock { $0 }
-        if let outcome { log.note("looper left its loop: \(outcome.reason), after \(outcome.iterations) iterations") }
+        if let outcome { log.note("looper left its loop: \(outcome.reason), after \(outcome.iterations) iteration\(outcome.iterations == 1 ? "" : "s")") }
         log.check(entered, "the looper entered its loop within 5 s")
         log.check(drained && otherDrained, "both queues finished within 10 s")
         log.check(outcome?.reason == "cancelled", "the looper saw isCancelled and left its loop early",
