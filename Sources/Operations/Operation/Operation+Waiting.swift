@@ -27,8 +27,15 @@ extension Operation {
         }
         guard registered else { return true }
         return WorkerPool.shared.blocking(context: context) {
-            signal.wait(deadline: deadline)
+            HangReport.wait(on: signal, deadline: deadline) { self.hangDescription() }
         }
+    }
+
+    /// What a stuck `waitUntilFinished()` reports: the operation and its queue.
+    final func hangDescription() -> String {
+        let queue = withStateLock { _ in storedQueue }
+        if let queue { return "waitUntilFinished on \(misuseSubject), in:\n" + queue.diagnostics() }
+        return "waitUntilFinished on " + diagnosticLine(queueSuspended: false) + " (not in a queue: it runs when someone calls start())"
     }
 
     /// Why waiting for this operation from the current context can never

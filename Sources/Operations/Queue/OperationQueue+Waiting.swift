@@ -46,7 +46,9 @@ extension OperationQueue {
             return false
         }
         if empty { return true }
-        return WorkerPool.shared.blocking(context: context) { signal.wait(deadline: deadline) }
+        return WorkerPool.shared.blocking(context: context) {
+            HangReport.wait(on: signal, deadline: deadline) { "waitUntilAllOperationsAreFinished on:\n" + diagnostics() }
+        }
     }
 
     /// Waits for exactly `operations` (the ones an `addOperations` call
