@@ -31,7 +31,23 @@ struct Bench: ParsableCommand {
     @Option(help: "Run only these rows, comma-separated ids; a trailing * matches a prefix (e.g. W1,W3*).")
     var only: String?
 
+    @Option(help: "Run only these engines, comma-separated: operations, foundation, dispatch (e.g. for profiling; without dispatch there are no ratios).")
+    var engines: String?
+
+    private var engineFilter: [BenchEngineID]? {
+        get throws {
+            guard let engines else { return nil }
+            return try engines.split(separator: ",").map { name in
+                guard let engine = BenchEngineID.allCases.first(where: { $0.name.lowercased() == name.lowercased() }) else {
+                    throw ValidationError("Unknown engine '\(name)'; use operations, foundation or dispatch.")
+                }
+                return engine
+            }
+        }
+    }
+
     func validate() throws {
+        _ = try engineFilter
         if let repetitions, repetitions < 1 {
             throw ValidationError("--repetitions must be at least 1.")
         }
@@ -43,7 +59,7 @@ struct Bench: ParsableCommand {
     func run() throws {
         let filters = only.map { $0.split(separator: ",").map(String.init) } ?? []
         let plan = BenchPlan(quick: quick, repetitions: repetitions, seed: seed,
-                             maxRunSeconds: maxRunSeconds, only: filters)
+                             maxRunSeconds: maxRunSeconds, only: filters, engines: try engineFilter)
         let runner = BenchRunner(plan: plan)
         if !runner.run() {
             throw ExitCode(1)

@@ -67,7 +67,10 @@ struct BenchPlan: Sendable {
     static let all = BenchEngineID.allCases
     static let withoutFoundation: [BenchEngineID] = [.operations, .dispatch]
 
-    init(quick: Bool, repetitions: Int?, seed: UInt64, maxRunSeconds: Double?, only: [String]) {
+    init(
+        quick: Bool, repetitions: Int?, seed: UInt64, maxRunSeconds: Double?, only: [String],
+        engines: [BenchEngineID]? = nil
+    ) {
         self.quick = quick
         self.seed = seed
         if quick {
@@ -92,6 +95,13 @@ struct BenchPlan: Sendable {
         if !only.isEmpty {
             rows = rows.filter { row in
                 only.contains { $0.hasSuffix("*") ? row.id.hasPrefix($0.dropLast()) : row.id == $0 }
+            }
+        }
+        if let engines {
+            rows = rows.compactMap { row in
+                var kept = row
+                kept.engines = row.engines.filter(engines.contains)
+                return kept.engines.isEmpty ? nil : kept
             }
         }
     }
@@ -135,21 +145,28 @@ struct BenchPlan: Sendable {
                      count: main, engines: all, target: .noOrderViolations),
         ]
         // The growth table's other sizes (the middle size is the main row).
-        let scaled: [(String, String, BenchWorkload, BenchTarget?)] = [
-            ("W1", "independent, add one by one, default width", .independent(width: -1, batched: false), nil),
-            ("W3", "chain, per link", .chain, .ratioAtMost(1.5)),
-            ("W4", "fan-out/fan-in, per middle", .fanOutFanIn, .ratioAtMost(1.5)),
-            ("W5", "random DAG (0–4 deps)", .randomGraph, .ratioAtMost(1.5)),
+        // Each group's smallest size runs right before its main row, and the
+        // largest sizes after all main rows, so that a size's run time can be
+        // predicted from the smaller ones (see `BenchPlan.maxRunSeconds`).
+        let scaled: [String: (title: String, workload: BenchWorkload, target: BenchTarget?)] = [
+            "W1": ("independent, add one by one, default width", .independent(width: -1, batched: false), nil),
+            "W3": ("chain, per link", .chain, .ratioAtMost(1.5)),
+            "W4": ("fan-out/fan-in, per middle", .fanOutFanIn, .ratioAtMost(1.5)),
+            "W5": ("random DAG (0–4 deps)", .randomGraph, .ratioAtMost(1.5)),
         ]
-        for (group, title, workload, target) in scaled {
-            for size in [scalePoints[0], scalePoints[2]] {
-                rows.append(BenchRow(
-                    id: "\(group)@\(benchCount(size))", title: title, workload: workload, count: size,
-                    engines: withoutFoundation, target: target, scaleGroup: group,
-                    repetitionCap: size >= 1_000_000 ? 3 : nil
-                ))
-            }
+        func scaleRow(_ group: String, _ size: Int) -> BenchRow {
+            let spec = scaled[group]!
+            return BenchRow(
+                id: "\(group)@\(benchCount(size))", title: spec.title, workload: spec.workload, count: size,
+                engines: withoutFoundation, target: spec.target, scaleGroup: group,
+                repetitionCap: size >= 1_000_000 ? 3 : nil
+            )
         }
+        rows = rows.flatMap { row -> [BenchRow] in
+            guard let group = row.scaleGroup else { return [row] }
+            return [scaleRow(group, scalePoints[0]), row]
+        }
+        rows += ["W1", "W3", "W4", "W5"].map { scaleRow($0, scalePoints[2]) }
         rows.append(BenchRow(id: "W8", title: "resident memory per pending operation", workload: .pendingMemory,
                              count: quick ? 100_000 : 1_000_000, engines: all,
                              target: .bytesPerOpAtMost(200), repetitionCap: 3))

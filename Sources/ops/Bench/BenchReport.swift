@@ -20,10 +20,27 @@ extension BenchRunner {
         print("- machine: \(cores) cores, \(kernelDescription()); build: \(build)")
         print("- engines: Operations (this library), Foundation (its OperationQueue, same workload source), Dispatch (DispatchQueue + DispatchGroup)")
         print("- \(plan.repetitions) repetitions per row (at most 3 for 1M rows and memory), engines interleaved, order rotating; " +
-              (plan.warmUp ? "one validated warm-up run per engine first; a sample repeats its workload until it lasts ≥ \(plan.sampleTargetNanoseconds / 1_000_000) ms" : "no warm-up, one run per sample"))
+              (plan.warmUp ? "one validated warm-up run per engine first (not for N ≥ 1M or runs predicted ≥ 2 s); a sample repeats its workload until it lasts ≥ \(plan.sampleTargetNanoseconds / 1_000_000) ms; a row stops repeating after \(benchFormat(plan.rowBudgetSeconds, decimals: 0)) s" : "no warm-up, one run per sample"))
         print("- times are per operation: median, min, max over repetitions; ×Dispatch = median over repetitions of (engine ÷ Dispatch in that repetition); targets apply to Operations")
         print("- seed \(plan.seed); every run validated (each operation ran once, every ordering held)")
+        print("- load average at start: \(loadAverage()) (other processes on the machine distort timings; ratios are taken within a repetition to limit that)")
         fflush(nil)
+    }
+
+    /// The first three fields of /proc/loadavg, or "unknown".
+    func loadAverage() -> String {
+        #if os(Linux)
+        let descriptor = open("/proc/loadavg", O_RDONLY)
+        guard descriptor >= 0 else { return "unknown" }
+        defer { close(descriptor) }
+        var buffer = [UInt8](repeating: 0, count: 128)
+        let length = buffer.withUnsafeMutableBytes { read(descriptor, $0.baseAddress, 127) }
+        guard length > 0 else { return "unknown" }
+        return String(decoding: buffer[0..<length], as: UTF8.self)
+            .split(separator: " ").prefix(3).joined(separator: " ")
+        #else
+        return "unknown"
+        #endif
     }
 
     func printTimeTableHeader() {
@@ -203,7 +220,7 @@ extension BenchRunner {
             for failure in failures { print("- FAIL \(failure)") }
         }
         print("")
-        print("Total wall time: \(benchFormat(wallSeconds, decimals: 1)) s")
+        print("Total wall time: \(benchFormat(wallSeconds, decimals: 1)) s; load average at end: \(loadAverage())")
         fflush(nil)
     }
 

@@ -94,7 +94,8 @@ final class BenchRunner {
         for engine in row.engines {
             guard let prediction = predictedRun(row, engine) else {
                 engines.append(engine)
-                warmUp.append(engine)
+                // A million operations amortize any warm-up effect.
+                if row.count < 1_000_000 { warmUp.append(engine) }
                 continue
             }
             if prediction.seconds > plan.maxRunSeconds {
@@ -104,7 +105,7 @@ final class BenchRunner {
             }
             engines.append(engine)
             // A run this long needs no warm-up and is its own sample.
-            if prediction.seconds < 2 { warmUp.append(engine) }
+            if prediction.seconds < 2, row.count < 1_000_000 { warmUp.append(engine) }
         }
 
         if plan.warmUp {
