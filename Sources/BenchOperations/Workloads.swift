@@ -245,10 +245,23 @@ extension WorkloadEngine {
         return (elapsed, failures, metrics)
     }
 
-    // Hook for W1a (W1 with `async` operation bodies): when the library gains
-    // async bodies, add `independentAsync(count:)` here under
-    // `#if !ENGINE_FOUNDATION` (Foundation has no async bodies; an equivalent
-    // there would be an asynchronous Operation subclass that starts a Task),
-    // add it to `BenchEngine` in Sources/ops/Bench/BenchEngines.swift and
-    // remove the skip reason of row W1a in BenchPlan.swift.
+    /// W1a: W1 with `async` operation bodies: `count` operations whose body
+    /// is an `async` closure (this library's `ResultOperation`), added one by
+    /// one, then `waitUntilAllOperationsAreFinished()`. Timed: create + add +
+    /// wait. Returns nil on Foundation, which has no async operation bodies.
+    public static func independentAsync(count: Int) -> Outcome? {
+        #if ENGINE_FOUNDATION
+        return nil
+        #else
+        let queue = OperationQueue()
+        let recorder = BenchRecorder(count: count)
+        let start = benchNow()
+        for index in 0..<count {
+            queue.addOperation(ResultOperation<Void, Never> { () async in recorder.record(index) })
+        }
+        queue.waitUntilAllOperationsAreFinished()
+        let elapsed = benchNow() - start
+        return (elapsed, recorder.checkEachRanOnce(), [:])
+        #endif
+    }
 }

@@ -2,7 +2,7 @@ import ArgumentParser
 
 /// `ops bench`: the workloads of BENCHMARKS.md on this library, Foundation's
 /// OperationQueue and raw Dispatch, in one process, interleaved.
-struct Bench: ParsableCommand {
+struct Bench: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         abstract: "Benchmark against Foundation and Dispatch.",
         discussion: """
@@ -56,12 +56,16 @@ struct Bench: ParsableCommand {
         }
     }
 
-    func run() throws {
+    func run() async throws {
         let filters = only.map { $0.split(separator: ",").map(String.init) } ?? []
         let plan = BenchPlan(quick: quick, repetitions: repetitions, seed: seed,
                              maxRunSeconds: maxRunSeconds, only: filters, engines: try engineFilter)
-        let runner = BenchRunner(plan: plan)
-        if !runner.run() {
+        // The runner blocks (waits for queues and groups), so it runs on a
+        // thread of its own rather than on the cooperative pool.
+        let passed = await withCheckedContinuation { (continuation: CheckedContinuation<Bool, Never>) in
+            benchDetach { continuation.resume(returning: BenchRunner(plan: plan).run()) }
+        }
+        if !passed {
             throw ExitCode(1)
         }
     }

@@ -41,6 +41,24 @@ enum DispatchEngine: BenchEngine {
         return (elapsed, failures, [:])
     }
 
+    /// W1a anchor: one unstructured `Task` per closure (Swift concurrency's
+    /// cooperative pool runs async bodies), counted out with a `DispatchGroup`.
+    static func independentAsync(count: Int) -> BenchRunResult? {
+        let group = DispatchGroup()
+        let recorder = BenchRecorder(count: count)
+        let start = benchNow()
+        for index in 0..<count {
+            group.enter()
+            Task {
+                recorder.record(index)
+                group.leave()
+            }
+        }
+        group.wait()
+        let elapsed = benchNow() - start
+        return (elapsed, recorder.checkEachRanOnce(), [:])
+    }
+
     /// W3 anchor: each block runs its body, then dispatches the next link.
     static func chain(count: Int) -> BenchRunResult {
         let queue = DispatchQueue(label: "bench.concurrent", attributes: .concurrent)

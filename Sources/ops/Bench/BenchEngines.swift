@@ -25,8 +25,8 @@ protocol BenchEngine {
     static func priorities(count: Int, seed: UInt64) -> BenchRunResult
     /// W8: resident memory per pending operation.
     static func pendingMemory(count: Int) -> BenchRunResult
-    // W1a hook: `static func independentAsync(count: Int) -> BenchRunResult`
-    // once the library has async operation bodies (see BenchWorkload.run).
+    /// W1a: W1 with `async` bodies; nil when the engine has none (Foundation).
+    static func independentAsync(count: Int) -> BenchRunResult?
 }
 
 extension OperationsEngine: BenchEngine {}
@@ -53,7 +53,7 @@ enum BenchEngineID: CaseIterable, Hashable, Sendable {
 enum BenchWorkload: Sendable {
     case createAndStart
     case independent(width: Int, batched: Bool)
-    /// W1 with `async` operation bodies: not in the library yet (row skipped).
+    /// W1 with `async` operation bodies.
     case independentAsync
     case chain
     case fanOutFanIn
@@ -68,7 +68,7 @@ enum BenchWorkload: Sendable {
         switch self {
         case .createAndStart: engine.createAndStart(count: count)
         case .independent(let width, let batched): engine.independent(count: count, width: width, batched: batched)
-        case .independentAsync: nil  // Hook: `engine.independentAsync(count: count)` once it exists.
+        case .independentAsync: engine.independentAsync(count: count)
         case .chain: engine.chain(count: count)
         case .fanOutFanIn: engine.fanOutFanIn(count: count)
         case .randomGraph: engine.randomGraph(count: count, seed: seed)

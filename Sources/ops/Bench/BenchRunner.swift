@@ -255,6 +255,25 @@ final class BenchWatchdog: @unchecked Sendable {
     }
 }
 
+/// Starts `body` on a new detached thread. The benchmark runs on its own
+/// thread so that its blocking waits never occupy a thread of Swift
+/// concurrency's cooperative pool (where async bodies and tasks run).
+func benchDetach(_ body: @escaping @Sendable () -> Void) {
+    final class Box: Sendable {
+        let body: @Sendable () -> Void
+        init(_ body: @escaping @Sendable () -> Void) { self.body = body }
+    }
+    let box = Unmanaged.passRetained(Box(body)).toOpaque()
+    var thread = pthread_t()
+    let status = pthread_create(&thread, nil, { argument in
+        guard let argument else { return nil }
+        Unmanaged<Box>.fromOpaque(argument).takeRetainedValue().body()
+        return nil
+    }, box)
+    precondition(status == 0, "ops bench: could not start the benchmark thread (\(status))")
+    pthread_detach(thread)
+}
+
 /// Writes a line to standard error.
 func benchPrintError(_ message: String) {
     let line = message + "\n"
