@@ -83,7 +83,7 @@ struct BenchPlan: Sendable {
             foundationCap = 300
         } else {
             self.repetitions = repetitions ?? 5
-            sampleTargetNanoseconds = 100_000_000
+            sampleTargetNanoseconds = 200_000_000
             warmUp = true
             self.maxRunSeconds = maxRunSeconds ?? 60
             rowBudgetSeconds = 20

@@ -171,13 +171,13 @@ extension BenchRunner {
                     let growthPass = max(whole, upper) <= 1.1
                     let costPass = cost <= 1.3
                     verdict = "growth ≤1.1: \(growthPass ? "PASS" : "MISS"); cost ≤1.3×: \(costPass ? "PASS" : "MISS")"
-                    let title = results.first { $0.row.scaleGroup == group }?.row.id ?? group
+                    let title = group + " " + (results.first { $0.row.scaleGroup == group }?.row.title ?? "")
                     targets.append(BenchTargetOutcome(
-                        what: "\(title) growth exponent up to \(labels[2])",
+                        what: "\(title): growth exponent up to \(labels[2])",
                         measured: benchFormat(max(whole, upper), decimals: 2) + mark,
                         target: "≤1.1", passed: growthPass))
                     targets.append(BenchTargetOutcome(
-                        what: "\(title) cost per op at \(labels[2]) vs \(labels[0])",
+                        what: "\(title): cost per op at \(labels[2]) vs \(labels[0])",
                         measured: benchFormat(cost, decimals: 2) + "×" + mark,
                         target: "≤1.3×", passed: costPass))
                 }
