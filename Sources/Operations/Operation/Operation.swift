@@ -54,7 +54,19 @@ open class Operation: @unchecked Sendable {
     // per access) are turned off for these fields.
     @exclusivity(unchecked) final var storedDependencies: OperationList = .empty
     @exclusivity(unchecked) final var storedDependents: DependentList = .empty
-    @exclusivity(unchecked) final var storedQueue: OperationQueue?
+    /// The queue that owns the operation, unretained: a queue retains itself
+    /// while it holds operations (see `OperationQueue.retainedSelf`), and
+    /// gives up that retain only after the last operation's
+    /// `completeRetirement()` has cleared this field. Saves a cross-thread
+    /// retain/release of the queue per operation.
+    @exclusivity(unchecked) final var queueReference: Unmanaged<OperationQueue>?
+
+    /// The owning queue as a strong reference. Read with the lock bit held,
+    /// before the operation retires.
+    final var storedQueue: OperationQueue? {
+        get { queueReference?.takeUnretainedValue() }
+        set { queueReference = newValue.map { Unmanaged.passUnretained($0) } }
+    }
     @exclusivity(unchecked) final var extras: OperationExtras?
 
     // Guarded by the owning queue's lock (exclusivity checks off, as above).
