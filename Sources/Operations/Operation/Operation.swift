@@ -309,7 +309,11 @@ open class Operation: @unchecked Sendable {
     /// Override it to add conditions of your own, combine them with
     /// `super.isReady`, and announce changes with
     /// `willChangeValue(forKey: "isReady")` / `didChangeValue(forKey: "isReady")`;
-    /// a queue re-checks readiness when you do.
+    /// a queue re-checks readiness when you do. A queue starts an operation
+    /// only when both this property and the dependencies agree: an override
+    /// that ignores `super.isReady` cannot make a queue start an operation
+    /// before its dependencies have finished (remove the dependencies
+    /// instead).
     open var isReady: Bool { loadState().isReady }
 
     /// Whether the operation runs asynchronously with respect to the thread

@@ -75,8 +75,7 @@ extension OperationQueue {
         retainSelfIfNeededLocked()
         var recheck = false
         let baseReady = operation.loadState().isReady
-        if ready {
-            if !baseReady { operation.queueFlags |= QueueLinkFlags.admittedByOverride }
+        if ready && baseReady {
             scheduler.pushReady(operation, lane: operation.readyLane)
         } else if baseReady {
             recheck = true
@@ -141,8 +140,7 @@ extension OperationQueue {
                 scheduler.link(operation)
                 retainSelfIfNeededLocked()
                 let baseReady = operation.loadState().isReady
-                if readiness[index] {
-                    if !baseReady { operation.queueFlags |= QueueLinkFlags.admittedByOverride }
+                if readiness[index] && baseReady {
                     scheduler.pushReady(operation, lane: operation.readyLane)
                 } else if baseReady {
                     recheck.append(operation)
@@ -362,11 +360,14 @@ extension OperationQueue {
             return
         }
         lock.lock()
-        guard scheduler.canEnterLane(operation) else {
+        // `isReady` was asked outside the lock and may be stale: the base
+        // readiness (dependencies, cancellation) is checked again here. An
+        // operation that is not ready is admitted later, when its last
+        // dependency finishes or its `isReady` announcement arrives.
+        guard scheduler.canEnterLane(operation), operation.loadState().isReady else {
             lock.unlock()
             return
         }
-        if !operation.loadState().isReady { operation.queueFlags |= QueueLinkFlags.admittedByOverride }
         scheduler.pushReady(operation, lane: operation.readyLane)
         let tickets = scheduler.drainersNeeded()
         let wakeups = scheduler.takeWakeups()
@@ -395,8 +396,8 @@ extension OperationQueue {
     /// Admits the dependents collected while the drain loop ran an
     /// operation. Call with `lock` held; their `isReady` was already asked.
     final func admitDeferredLocked(_ context: ThreadContext) {
-        for operation in context.deferredAdmissions where scheduler.canEnterLane(operation) {
-            if !operation.loadState().isReady { operation.queueFlags |= QueueLinkFlags.admittedByOverride }
+        for operation in context.deferredAdmissions
+        where scheduler.canEnterLane(operation) && operation.loadState().isReady {
             scheduler.pushReady(operation, lane: operation.readyLane)
         }
         context.deferredAdmissions.removeAll(keepingCapacity: true)

@@ -6,9 +6,6 @@ enum QueueLinkFlags {
     static let started: UInt8 = 1 << 1
     /// Started from the cancelled lane, without taking a width slot.
     static let bypass: UInt8 = 1 << 2
-    /// Admitted because an `isReady` override said so, although the base
-    /// readiness (dependencies) did not.
-    static let admittedByOverride: UInt8 = 1 << 3
 }
 
 /// The scheduling state of one `OperationQueue`. Guarded by the queue's lock.
@@ -231,8 +228,7 @@ struct QueueScheduler {
             guard let node = lanes[lane].head else { break }
             let operation = node.takeUnretainedValue()
             removeFromLane(operation)
-            guard operation.loadState().isReady
-                || operation.queueFlags & QueueLinkFlags.admittedByOverride != 0 else { continue }
+            guard operation.loadState().isReady else { continue }
             operation.queueFlags |= QueueLinkFlags.started
             executing += 1
             return operation
