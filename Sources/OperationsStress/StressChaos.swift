@@ -25,7 +25,7 @@ final class StressChaos: Sendable {
     private let signals: [DispatchSemaphore]
     private let stopped = Atomic<Bool>(false)
     private let driverSteps = Atomic<Int>(0)
-    private let threads = Mutex<[StressThread]>([])
+    private let threads = StressLock<[StressThread]>([])
 
     init(round: StressRound) {
         self.round = round

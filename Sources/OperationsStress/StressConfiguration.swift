@@ -132,6 +132,11 @@ public struct StressReport: Sendable, CustomStringConvertible {
     public var bodiesRun: Int
     /// Operations that ended cancelled.
     public var cancelled: Int
+    /// Operations the engine cancelled at a moment when they certainly had
+    /// not started (their bodies must never run).
+    public var cancelledBeforeStart: Int
+    /// Operations cancelled while their body was running.
+    public var cancelledWhileRunning: Int
     /// Operations started by hand rather than by a queue.
     public var startedByHand: Int
     /// Barrier blocks that ran.
@@ -158,7 +163,7 @@ public struct StressReport: Sendable, CustomStringConvertible {
     public var description: String {
         let seconds = Double(elapsed.components.seconds) + Double(elapsed.components.attoseconds) / 1e18
         let secondsText = String(Int((seconds * 1000).rounded())) + " ms"
-        return "seed \(seed) plan \(hex(planFingerprint)): \(operationsRun) operations run (bodies \(bodiesRun), cancelled \(cancelled), by hand \(startedByHand), barriers \(barriers)), waits \(waits), chaos actions \(chaosActions), peak concurrency \(peakConcurrency), drained \(queuesDrained), violations \(violationCount), \(secondsText)"
+        return "seed \(seed) plan \(hex(planFingerprint)): \(operationsRun) operations run (bodies \(bodiesRun), cancelled \(cancelled): \(cancelledBeforeStart) surely before start, \(cancelledWhileRunning) while running; by hand \(startedByHand), barriers \(barriers)), waits \(waits), chaos actions \(chaosActions), peak concurrency \(peakConcurrency), drained \(queuesDrained), violations \(violationCount), \(secondsText)"
     }
 }
 

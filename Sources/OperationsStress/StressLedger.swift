@@ -10,7 +10,7 @@ final class OpRecord: Sendable {
     /// The operation, once created (children are created by their parent).
     /// Cleared at the end of the round, which breaks the reference cycle
     /// record → operation → closures → round → records.
-    let operation = Mutex<Operation?>(nil)
+    let operation = StressLock<Operation?>(nil)
 
     /// How many times the body (`main()`, the async work, or the first
     /// execution block) began. Must end 0 or 1.
@@ -38,9 +38,9 @@ final class OpRecord: Sendable {
     /// added before this operation's add began, or -1.
     let requiredBarrier = Atomic<Int>(-1)
     /// Cancellations and completion listeners (see `GateState`).
-    let gate = Mutex(GateState())
+    let gate = StressLock(GateState())
     /// The `isFinished` observation, kept alive until the end of the round.
-    let observation = Mutex<Observation?>(nil)
+    let observation = StressLock<Observation?>(nil)
 
     init(spec: StressPlan.OperationSpec) {
         self.spec = spec
@@ -84,7 +84,7 @@ final class BarrierRecord: Sendable {
     let addTick = Atomic<UInt64>(0)
     /// The operations (by index) whose adds to the queue returned before
     /// this barrier's add began, since the previous barrier's.
-    let before = Mutex<[Int]>([])
+    let before = StressLock<[Int]>([])
 
     init(id: Int) { self.id = id }
 }
@@ -93,7 +93,7 @@ final class BarrierRecord: Sendable {
 final class QueueTracker: Sendable {
     let spec: StressPlan.QueueSpec
     let queue: OperationQueue
-    let state = Mutex(TrackerState())
+    let state = StressLock(TrackerState())
     /// False only under the `.suspensionNotApplied` fault.
     let appliesSuspension: Bool
 
@@ -220,7 +220,7 @@ final class RoundClock: Sendable {
 
 /// Collected violations (the first 200 kept).
 final class ViolationLog: Sendable {
-    private let state = Mutex<(kept: [StressViolation], count: Int)>(([], 0))
+    private let state = StressLock<(kept: [StressViolation], count: Int)>(([], 0))
     static let keep = 200
 
     func record(_ violation: StressViolation) {

@@ -27,7 +27,7 @@ final class StressRound: Sendable {
     let chaosActions = Atomic<Int>(0)
     let dumps = Atomic<Int>(0)
     /// Recently started bodies, for cancellation during execution.
-    let running = Mutex<RunningRing>(RunningRing())
+    let running = StressLock<RunningRing>(RunningRing())
 
     init(configuration: StressConfiguration, plan: StressPlan) {
         self.configuration = configuration

@@ -200,11 +200,18 @@ public enum StressRunner {
         var run = 0
         var bodies = 0
         var cancelled = 0
+        var cancelledBeforeStart = 0
+        var cancelledWhileRunning = 0
         for record in round.records {
             guard let operation = record.op else { continue }
+            let ran = record.bodyStarts.load(ordering: .sequentiallyConsistent) > 0
             if record.completions.load(ordering: .sequentiallyConsistent) > 0 { run += 1 }
-            if record.bodyStarts.load(ordering: .sequentiallyConsistent) > 0 { bodies += 1 }
-            if operation.isCancelled { cancelled += 1 }
+            if ran { bodies += 1 }
+            if operation.isCancelled {
+                cancelled += 1
+                if ran { cancelledWhileRunning += 1 }
+            }
+            if record.knownCancelledBeforeStart.load(ordering: .sequentiallyConsistent) { cancelledBeforeStart += 1 }
         }
         let barriersRun = round.barriers.filter { $0.runs.load(ordering: .sequentiallyConsistent) > 0 }.count
         let peak = round.trackers.map { tracker in tracker.state.withLock { $0.peak } }.max() ?? 0
@@ -216,6 +223,8 @@ public enum StressRunner {
             operationsRun: run + barriersRun,
             bodiesRun: bodies,
             cancelled: cancelled,
+            cancelledBeforeStart: cancelledBeforeStart,
+            cancelledWhileRunning: cancelledWhileRunning,
             startedByHand: round.handStarts.load(ordering: .relaxed),
             barriers: barriersRun,
             waits: round.waits.load(ordering: .relaxed),

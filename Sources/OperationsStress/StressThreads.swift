@@ -86,3 +86,36 @@ func simulateWork(_ iterations: Int, seed: Int, isCancelled: (() -> Bool)? = nil
 func consume(_ value: UInt64) {
     if value == 0x5EED_5EED_5EED_5EED { print("", terminator: "") }
 }
+
+/// A value guarded by a pthread mutex.
+///
+/// The engine uses this instead of `Synchronization.Mutex` because on Linux
+/// `Mutex` waits with raw futex calls that ThreadSanitizer does not see, so
+/// every access it guards would be reported as a race; pthread mutexes are
+/// intercepted by the sanitizer.
+final class StressLock<State: Sendable>: @unchecked Sendable {
+    // @unchecked Sendable: `state` is read and written only inside
+    // `withLock`, while `mutex` (a pthread mutex) is held.
+    private let mutex: UnsafeMutablePointer<pthread_mutex_t>
+    private var state: State
+
+    init(_ state: State) {
+        self.state = state
+        mutex = .allocate(capacity: 1)
+        mutex.initialize(to: pthread_mutex_t())
+        pthread_mutex_init(mutex, nil)
+    }
+
+    deinit {
+        pthread_mutex_destroy(mutex)
+        mutex.deinitialize(count: 1)
+        mutex.deallocate()
+    }
+
+    /// Runs `body` with the state, the mutex held.
+    func withLock<R>(_ body: (inout State) throws -> R) rethrows -> R {
+        pthread_mutex_lock(mutex)
+        defer { pthread_mutex_unlock(mutex) }
+        return try body(&state)
+    }
+}
