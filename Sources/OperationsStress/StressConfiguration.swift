@@ -18,6 +18,9 @@ public struct StressConfiguration: Sendable, Hashable {
     public var waitTimeout: Duration
     /// The bound on the final drain (all operations completed).
     public var drainTimeout: Duration
+    /// Whether the plan adds barrier blocks (on by default). Turning them
+    /// off changes the plan (and its fingerprint) for the same seed.
+    public var barriers: Bool
     /// Whether to run the chaos threads (suspend/resume, width changes,
     /// cancellation, outside waits). On by default.
     public var chaos: Bool
@@ -60,6 +63,7 @@ public struct StressConfiguration: Sendable, Hashable {
         queues: Int = 5,
         waitTimeout: Duration = .seconds(60),
         drainTimeout: Duration? = nil,
+        barriers: Bool = true,
         chaos: Bool = true,
         installsProcessWideMisuseHandler: Bool = false,
         injectedFault: InjectedFault = .none
@@ -69,6 +73,7 @@ public struct StressConfiguration: Sendable, Hashable {
         self.queues = max(1, queues)
         self.waitTimeout = waitTimeout
         self.drainTimeout = drainTimeout ?? waitTimeout
+        self.barriers = barriers
         self.chaos = chaos
         self.installsProcessWideMisuseHandler = installsProcessWideMisuseHandler
         self.injectedFault = injectedFault

@@ -53,7 +53,7 @@ extension StressRound {
 
 extension StressPlan.OperationSpec {
     /// A short description for messages.
-    var summary: String {
+    public var summary: String {
         let kindText: String
         switch kind {
         case .plain: kindText = "plain"
@@ -71,5 +71,37 @@ extension StressPlan.OperationSpec {
         case .child(let parent): originText = "child of op \(parent)"
         }
         return "\(kindText), \(placementText), \(originText), dependencies \(dependencies), \(priority), qos \(qualityOfService), cancellation \(cancellation)"
+    }
+}
+
+extension StressPlan {
+    /// Describes operation `index` and the driver steps around the one that
+    /// adds it (or its parent): for reading a failure's plan by hand.
+    public func describe(operation index: Int, context: Int = 6) -> String {
+        guard operations.indices.contains(index) else { return "no op \(index) in this plan" }
+        let spec = operations[index]
+        var lines = ["op \(index): \(spec.summary)" + (spec.children.isEmpty ? "" : ", children \(spec.children)")]
+        var root = index
+        if case .child(let parent) = spec.origin { root = parent }
+        let position = steps.firstIndex { step in
+            switch step {
+            case .add(let added): return added == root
+            case .addBatch(_, let batch): return batch.contains(root)
+            default: return false
+            }
+        }
+        if let position, case .queue(let queue) = spec.placement {
+            let earlier = steps[..<position].indices.filter { offset in
+                if case .barrier(let barrierQueue, _) = steps[offset] { return barrierQueue == queue }
+                return false
+            }.suffix(2)
+            for offset in earlier { lines.append("  step \(offset): \(steps[offset]) (last barriers on queue \(queue) before it)") }
+        }
+        if let position {
+            for offset in max(0, position - context)...min(steps.count - 1, position + context) {
+                lines.append("\(offset == position ? ">" : " ") step \(offset): \(steps[offset])")
+            }
+        }
+        return lines.joined(separator: "\n")
     }
 }

@@ -227,7 +227,7 @@ struct PlanGenerator {
 
     mutating func generate() -> StressPlan {
         makeQueues()
-        let barrierQueues = queues.filter(\.takesBarriers).map(\.index)
+        let barrierQueues = configuration.barriers ? queues.filter(\.takesBarriers).map(\.index) : []
         var sinceThrottle = 0
         while operations.count < configuration.operations {
             if !barrierQueues.isEmpty, random.chance(perMille: 6) {

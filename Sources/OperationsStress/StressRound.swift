@@ -294,7 +294,9 @@ final class StressRound: Sendable {
         }
         let barrier = record.requiredBarrier.load(ordering: .sequentiallyConsistent)
         if barrier >= 0, !barriers[barrier].blockEnded.load(ordering: .sequentiallyConsistent) {
-            violate(.barrierOrder, "op \(index) started before barrier \(barrier), added to its queue before it, finished")
+            let other = barriers[barrier]
+            let runs = other.runs.load(ordering: .sequentiallyConsistent)
+            violate(.barrierOrder, "op \(index) [\(record.spec.summary)] started before barrier \(barrier) finished, although the barrier's addBarrierBlock returned before the op's add began (op add tick \(record.addTick.load(ordering: .sequentiallyConsistent)), barrier add tick \(other.addTick.load(ordering: .sequentiallyConsistent)), barrier block \(runs == 0 ? "not started" : "running")); op: \(operation)")
         }
         if let queue = record.queueIndex {
             record.inFlight.store(true, ordering: .sequentiallyConsistent)

@@ -37,11 +37,17 @@ struct Soak: ParsableCommand {
     @Option(help: "Bound, in seconds, on every wait of a round (a wait that reaches it is a violation).")
     var waitTimeout: Int = 60
 
+    @Flag(help: "Generate no barrier blocks (for hunting other bugs while a barrier bug is open).")
+    var noBarriers = false
+
     @Flag(help: "Run without the chaos threads (suspend, resize, cancel, outside waits).")
     var noChaos = false
 
     @Option(help: ArgumentHelp("Inject a deliberate fault into the engine, to see the checks fire.", visibility: .hidden))
     var injectFault: String?
+
+    @Option(help: ArgumentHelp("Print the plan of the first round around this operation, and exit.", visibility: .hidden))
+    var describeOperation: Int?
 
     var fault: StressConfiguration.InjectedFault? {
         guard let injectFault else { return StressConfiguration.InjectedFault.none }
@@ -76,6 +82,11 @@ struct Soak: ParsableCommand {
             + (budget.map { "for \(Self.format($0))" } ?? "\(roundLimit) round(s)")
             + (rounds != nil && budget != nil ? " or \(roundLimit) round(s)" : ""))
 
+        if let describeOperation {
+            let plan = StressPlan(configuration: StressConfiguration(seed: firstSeed, operations: operationsPerRound, queues: queues, barriers: !noBarriers))
+            print(plan.describe(operation: describeOperation))
+            return
+        }
         var roundsRun = 0
         var operationsRun = 0
         var bodiesRun = 0
@@ -89,6 +100,7 @@ struct Soak: ParsableCommand {
                 operations: operationsPerRound,
                 queues: queues,
                 waitTimeout: .seconds(waitTimeout),
+                barriers: !noBarriers,
                 chaos: !noChaos,
                 installsProcessWideMisuseHandler: true,
                 injectedFault: fault ?? .none
@@ -107,7 +119,7 @@ struct Soak: ParsableCommand {
                     print("  … and \(report.violationCount - report.violations.count) more")
                 }
                 if !report.queuesDrained && report.violationCount == 0 { violations += 1 }
-                print("  rerun: swift run -c release ops soak --seed \(roundSeed) --rounds 1 --operations-per-round \(operationsPerRound) --queues \(queues)\(noChaos ? " --no-chaos" : "")")
+                print("  rerun: swift run -c release ops soak --seed \(roundSeed) --rounds 1 --operations-per-round \(operationsPerRound) --queues \(queues)\(noBarriers ? " --no-barriers" : "")\(noChaos ? " --no-chaos" : "")")
             }
         }
         let elapsed = clock.now - started
