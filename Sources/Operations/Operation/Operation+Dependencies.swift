@@ -118,7 +118,7 @@ extension Operation {
 
     /// Unfinished operations waiting for this one.
     final func unfinishedDependents() -> [Operation] {
-        withStateLock { _ in storedDependents.array }.filter { !$0.loadState().isFinished }
+        withStateLock { _ in storedDependents.operations }.filter { !$0.loadState().isFinished }
     }
 }
 

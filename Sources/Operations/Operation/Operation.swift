@@ -38,6 +38,7 @@ import Darwin
 /// Subclasses should restate `@unchecked Sendable`, as with Foundation.
 open class Operation: @unchecked Sendable {
     // @unchecked Sendable, justified field by field:
+    // (storedDependents holds weak references: see `DependentList`.)
     // - `stateWord` is atomic. Its bit 0 is a lock bit (`withStateLock`).
     // - `storedDependencies`, `storedDependents`, `storedQueue` and `extras`
     //   are read and written only while that lock bit is held.
@@ -52,7 +53,7 @@ open class Operation: @unchecked Sendable {
     // access, so Swift's dynamic exclusivity checks (about 60 instructions
     // per access) are turned off for these fields.
     @exclusivity(unchecked) final var storedDependencies: OperationList = .empty
-    @exclusivity(unchecked) final var storedDependents: OperationList = .empty
+    @exclusivity(unchecked) final var storedDependents: DependentList = .empty
     @exclusivity(unchecked) final var storedQueue: OperationQueue?
     @exclusivity(unchecked) final var extras: OperationExtras?
 

@@ -251,6 +251,7 @@ struct QueueScheduler {
     /// Requests one more drain loop if admissible work exceeds the idle ones.
     /// Returns the number of drain loops to start (0 or 1).
     mutating func drainersNeeded() -> Int {
+        guard readyCount > drainers - busyDrainers else { return 0 }
         let admissible = admissibleCount
         guard admissible > 0 else { return 0 }
         let idle = drainers - busyDrainers
@@ -277,11 +278,13 @@ struct QueueScheduler {
     /// empty, change waiters, and producers for whom there is now room.
     mutating func takeWakeups() -> Wakeups {
         var wakeups = Wakeups()
+        wakeups.drained = count == 0
+        // The common case: nobody waits.
+        if drainCallbacks.isEmpty, changeWaiters.isEmpty, roomWaiters.isEmpty { return wakeups }
         if count == 0, !drainCallbacks.isEmpty {
             wakeups.resumptions = drainCallbacks
             drainCallbacks = []
         }
-        wakeups.drained = count == 0
         if !changeWaiters.isEmpty {
             wakeups.signals += changeWaiters
             changeWaiters = []
