@@ -119,6 +119,7 @@ public struct StressViolation: Sendable, Hashable, CustomStringConvertible {
     /// include a dump of the queues' states.
     public var message: String
 
+    /// `[kind] message`.
     public var description: String { "[\(kind.rawValue)] \(message)" }
 }
 

@@ -87,18 +87,25 @@ public struct StressPlan: Sendable, Hashable {
             case selfDuringWork
         }
 
+        /// Position in ``StressPlan/operations`` (and the operation's name, `op <index>`).
         public var index: Int
+        /// The class of the operation.
         public var kind: Kind
+        /// Who runs it.
         public var placement: Placement
+        /// Who creates and adds it.
         public var origin: Origin
         /// Indices of its dependencies, all smaller than ``index``.
         public var dependencies: [Int]
+        /// Its `queuePriority` (the chaos threads may change it later).
         public var priority: Operation.QueuePriority
+        /// Its `qualityOfService`.
         public var qualityOfService: QualityOfService
         /// Iterations of simulated work (a short arithmetic loop).
         public var work: Int
         /// Whether the work polls `isCancelled` and stops early.
         public var cooperative: Bool
+        /// How it is cancelled on purpose.
         public var cancellation: Cancellation
         /// Whether it is observed (`observe(\.isFinished)`), to count the
         /// `isFinished` notifications.
@@ -122,9 +129,13 @@ public struct StressPlan: Sendable, Hashable {
         case waitForQueue(Int)
     }
 
+    /// The seed the plan was generated from.
     public var seed: UInt64
+    /// The queues, by index.
     public var queues: [QueueSpec]
+    /// Every operation, by index.
     public var operations: [OperationSpec]
+    /// The driver's steps, in order.
     public var steps: [Step]
     /// Barrier steps in the plan.
     public var barrierCount: Int
