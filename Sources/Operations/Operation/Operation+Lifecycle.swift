@@ -153,7 +153,11 @@ extension Operation {
         let outcome = withStateLock { state -> OperationState.FinishOutcome in
             let outcome = state.finish()
             if case .finished = outcome {
-                dependents = storedDependents.take()
+                // Resolve the unretained dependents while this lock keeps
+                // them from completing deallocation (see `DependentList`).
+                storedDependents.take().forEach { entry in
+                    if let dependent = Operation.retainIfAlive(entry) { dependents.append(dependent) }
+                }
                 completion = extras?.completionBlock
                 extras?.completionBlock = nil
                 // The hidden barrier edge has done its job; keeping it would

@@ -262,6 +262,7 @@ extension OperationQueue {
         while true {
             var stalled = false
             let released = toRetire.flatMap { scheduler.retire($0) }
+            if !context.deferredAdmissions.isEmpty { admitDeferredLocked(context) }
             if startedInSlice > 0, shouldYieldSlice(worker: worker, pool: pool, started: startedInSlice, since: sliceStart) {
                 yielded = true
             }
@@ -299,7 +300,10 @@ extension OperationQueue {
             context.queueStartingReference = reference
             context.drainOperationReference = reference
             context.drainOperationRetirePending = false
+            let savedAdmitting = context.admittingQueueReference
+            context.admittingQueueReference = Unmanaged.passUnretained(self)
             operation.start()
+            context.admittingQueueReference = savedAdmitting
             context.queueStartingReference = nil
             context.drainOperationReference = nil
             if context.drainOperationRetirePending {
@@ -348,6 +352,11 @@ extension OperationQueue {
     }
 
     private func admit(_ operation: Operation) {
+        let context = ThreadContext.current
+        if ThreadContext.refers(context.admittingQueueReference, to: self) {
+            context.deferredAdmissions.append(operation)
+            return
+        }
         lock.lock()
         guard scheduler.canEnterLane(operation) else {
             lock.unlock()
@@ -360,6 +369,16 @@ extension OperationQueue {
         lock.unlock()
         startDrainers(tickets)
         wakeups.fire()
+    }
+
+    /// Admits the dependents collected while the drain loop ran an
+    /// operation. Call with `lock` held; their `isReady` was already asked.
+    final func admitDeferredLocked(_ context: ThreadContext) {
+        for operation in context.deferredAdmissions where scheduler.canEnterLane(operation) {
+            if !operation.loadState().isReady { operation.queueFlags |= QueueLinkFlags.admittedByOverride }
+            scheduler.pushReady(operation, lane: operation.readyLane)
+        }
+        context.deferredAdmissions.removeAll(keepingCapacity: true)
     }
 
     /// A queued operation that had not started was cancelled: move it to the
