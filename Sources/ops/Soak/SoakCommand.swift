@@ -1,6 +1,148 @@
 import ArgumentParser
+import OperationsStress
 
-struct Soak: AsyncParsableCommand {
-    static let configuration = CommandConfiguration(abstract: "Run the seeded stress test for a while.")
-    func run() async throws { print("soak: not yet implemented") }
+/// `ops soak`: runs seeded stress rounds with successive seeds until the
+/// time (or the number of rounds) is up, and fails on any violation.
+struct Soak: ParsableCommand {
+    static let configuration = CommandConfiguration(
+        abstract: "Run the seeded stress test for a while.",
+        discussion: """
+            Each round generates its queues, operations and chaos from its seed, runs them, \
+            and checks the invariants (every operation finishes once, dependencies, barriers, \
+            width limits, suspension, completion blocks, draining, bounded waits). Rounds use \
+            successive seeds. A failing round prints its seed and the command that reruns it. \
+            Exits non-zero on any violation.
+
+            Examples:
+              ops soak --minutes 2
+              ops soak --seed 42 --rounds 1 --operations-per-round 100000
+            """
+    )
+
+    @Option(help: "Minutes to keep starting rounds for (default 1 when --rounds is not given).")
+    var minutes: Double?
+
+    @Option(help: "Seed of the first round, decimal or 0x-hexadecimal (default: random).")
+    var seed: String?
+
+    @Option(help: "Stop after this many rounds.")
+    var rounds: Int?
+
+    @Option(help: "Operations generated per round.")
+    var operationsPerRound: Int = 100_000
+
+    @Option(help: "Queues per round.")
+    var queues: Int = 5
+
+    @Option(help: "Bound, in seconds, on every wait of a round (a wait that reaches it is a violation).")
+    var waitTimeout: Int = 60
+
+    @Flag(help: "Generate no barrier blocks (for hunting other bugs while a barrier bug is open).")
+    var noBarriers = false
+
+    @Flag(help: "Run without the chaos threads (suspend, resize, cancel, outside waits).")
+    var noChaos = false
+
+    @Option(help: ArgumentHelp("Inject a deliberate fault into the engine, to see the checks fire.", visibility: .hidden))
+    var injectFault: String?
+
+    @Option(help: ArgumentHelp("Print the plan of the first round around this operation, and exit.", visibility: .hidden))
+    var describeOperation: Int?
+
+    var fault: StressConfiguration.InjectedFault? {
+        guard let injectFault else { return StressConfiguration.InjectedFault.none }
+        return StressConfiguration.InjectedFault.allCases.first { String(describing: $0) == injectFault }
+    }
+
+    func validate() throws {
+        if let minutes, minutes <= 0 { throw ValidationError("--minutes must be positive.") }
+        if let rounds, rounds <= 0 { throw ValidationError("--rounds must be positive.") }
+        if operationsPerRound <= 0 { throw ValidationError("--operations-per-round must be positive.") }
+        if queues <= 0 { throw ValidationError("--queues must be positive.") }
+        if waitTimeout <= 0 { throw ValidationError("--wait-timeout must be positive.") }
+        if fault == nil {
+            let names = StressConfiguration.InjectedFault.allCases.map { String(describing: $0) }
+            throw ValidationError("--inject-fault must be one of \(names.joined(separator: ", ")).")
+        }
+        if let seed, Self.parseSeed(seed) == nil { throw ValidationError("--seed must be a decimal or 0x-hexadecimal 64-bit number.") }
+    }
+
+    static func parseSeed(_ text: String) -> UInt64? {
+        if text.hasPrefix("0x") || text.hasPrefix("0X") { return UInt64(text.dropFirst(2), radix: 16) }
+        return UInt64(text)
+    }
+
+    func run() throws {
+        let clock = ContinuousClock()
+        let started = clock.now
+        let firstSeed = seed.flatMap(Self.parseSeed) ?? UInt64.random(in: 0...UInt64.max)
+        let budget: Duration? = minutes.map { .milliseconds(Int($0 * 60_000)) } ?? (rounds == nil ? .seconds(60) : nil)
+        let roundLimit = rounds ?? Int.max
+        print("soak: first seed \(firstSeed), \(operationsPerRound) operations per round, \(queues) queues, "
+            + (budget.map { "for \(Self.format($0))" } ?? "\(roundLimit) round(s)")
+            + (rounds != nil && budget != nil ? " or \(roundLimit) round(s)" : ""))
+
+        if let describeOperation {
+            let plan = StressPlan(configuration: StressConfiguration(seed: firstSeed, operations: operationsPerRound, queues: queues, barriers: !noBarriers))
+            print(plan.describe(operation: describeOperation))
+            return
+        }
+        var roundsRun = 0
+        var operationsRun = 0
+        var bodiesRun = 0
+        var violations = 0
+        var failedSeeds: [UInt64] = []
+        while roundsRun < roundLimit {
+            if let budget, clock.now - started >= budget { break }
+            let roundSeed = firstSeed &+ UInt64(roundsRun)
+            let configuration = StressConfiguration(
+                seed: roundSeed,
+                operations: operationsPerRound,
+                queues: queues,
+                waitTimeout: .seconds(waitTimeout),
+                barriers: !noBarriers,
+                chaos: !noChaos,
+                installsProcessWideMisuseHandler: true,
+                injectedFault: fault ?? .none
+            )
+            let report = StressRunner.run(configuration)
+            roundsRun += 1
+            operationsRun += report.operationsRun
+            bodiesRun += report.bodiesRun
+            violations += report.violationCount
+            let rate = Self.rate(report.operationsRun, report.elapsed)
+            print("round \(roundsRun): \(report) (\(rate) operations/s)")
+            if !report.passed {
+                failedSeeds.append(roundSeed)
+                for violation in report.violations { print("  violation: \(violation)") }
+                if report.violationCount > report.violations.count {
+                    print("  … and \(report.violationCount - report.violations.count) more")
+                }
+                if !report.queuesDrained && report.violationCount == 0 { violations += 1 }
+                print("  rerun: swift run -c release ops soak --seed \(roundSeed) --rounds 1 --operations-per-round \(operationsPerRound) --queues \(queues)\(noBarriers ? " --no-barriers" : "")\(noChaos ? " --no-chaos" : "")")
+            }
+        }
+        let elapsed = clock.now - started
+        let lastSeed = firstSeed &+ UInt64(max(0, roundsRun - 1))
+        print("soak total: \(roundsRun) rounds, \(operationsRun) operations run (\(bodiesRun) bodies), violations \(violations), seeds \(firstSeed)...\(lastSeed), \(Self.format(elapsed)) (\(Self.rate(operationsRun, elapsed)) operations/s)")
+        if violations > 0 {
+            print("soak FAILED: failing seeds \(failedSeeds)")
+            throw ExitCode.failure
+        }
+        print("soak passed")
+    }
+
+    static func seconds(_ duration: Duration) -> Double {
+        Double(duration.components.seconds) + Double(duration.components.attoseconds) / 1e18
+    }
+
+    static func format(_ duration: Duration) -> String {
+        let value = seconds(duration)
+        return String(Double(Int(value * 100)) / 100) + " s"
+    }
+
+    static func rate(_ count: Int, _ duration: Duration) -> Int {
+        let value = seconds(duration)
+        return value > 0 ? Int(Double(count) / value) : 0
+    }
 }

@@ -1,0 +1,179 @@
+import Operations
+
+/// What one stress round does. Everything the round *generates* (queues,
+/// operations, dependency graph, driver steps, chaos decisions) is a pure
+/// function of these values, so a seed reruns the same round; only thread
+/// interleavings differ between runs.
+public struct StressConfiguration: Sendable, Hashable {
+    /// The seed of the round. Printed with every failure; pass it back to rerun.
+    public var seed: UInt64
+    /// Operations to generate, including the ones that operations add.
+    public var operations: Int
+    /// Queues to spread them over (at least 1). Roles cycle through serial,
+    /// fixed-width, elastic (width changed while running) and default width.
+    public var queues: Int
+    /// The bound on every wait the round makes (waits for an operation, for a
+    /// queue, for chaos threads). A wait that reaches it is a violation,
+    /// reported with a dump of the queues' states, never a hang.
+    public var waitTimeout: Duration
+    /// The bound on the final drain (all operations completed).
+    public var drainTimeout: Duration
+    /// Whether the plan adds barrier blocks (on by default). Turning them
+    /// off changes the plan (and its fingerprint) for the same seed.
+    public var barriers: Bool
+    /// Whether to run the chaos threads (suspend/resume, width changes,
+    /// cancellation, outside waits). On by default.
+    public var chaos: Bool
+    /// Whether to install `OperationMisuse.handler` (process-wide) for the
+    /// round, so that a misuse the library reports on one of its own threads
+    /// becomes a violation instead of a trap. Only for processes that own the
+    /// handler, such as `ops soak`; tests leave it off and rely on the scoped
+    /// handlers the engine installs around all of its own calls.
+    public var installsProcessWideMisuseHandler: Bool
+    /// A deliberate fault, to check that the engine reports failures.
+    public var injectedFault: InjectedFault
+
+    /// Deliberate faults in the engine's own use of the library, to check
+    /// that the checks catch what they are meant to catch. Each makes the
+    /// engine believe something the library was never told.
+    public enum InjectedFault: Sendable, Hashable, CaseIterable {
+        /// None: the normal stress round.
+        case none
+        /// Suspend the first queue just before the final drain and leave it
+        /// suspended: the drain must time out and be reported with a dump
+        /// (deterministic).
+        case leaveQueueSuspended
+        /// Create the serial queue with the default width while checking it
+        /// as serial: expect `concurrency` violations.
+        case serialQueueNotSerial
+        /// Do not add the planned dependencies: expect
+        /// `startedBeforeDependency` violations.
+        case dependenciesNotAdded
+        /// Record suspensions without suspending: expect
+        /// `startedWhileSuspended` violations.
+        case suspensionNotApplied
+        /// Add barrier blocks as plain blocks: expect `barrierOrder` violations.
+        case barriersNotBarriers
+    }
+
+    /// Creates a configuration.
+    public init(
+        seed: UInt64,
+        operations: Int = 3_000,
+        queues: Int = 5,
+        waitTimeout: Duration = .seconds(60),
+        drainTimeout: Duration? = nil,
+        barriers: Bool = true,
+        chaos: Bool = true,
+        installsProcessWideMisuseHandler: Bool = false,
+        injectedFault: InjectedFault = .none
+    ) {
+        self.seed = seed
+        self.operations = max(1, operations)
+        self.queues = max(1, queues)
+        self.waitTimeout = waitTimeout
+        self.drainTimeout = drainTimeout ?? waitTimeout
+        self.barriers = barriers
+        self.chaos = chaos
+        self.installsProcessWideMisuseHandler = installsProcessWideMisuseHandler
+        self.injectedFault = injectedFault
+    }
+}
+
+/// One broken invariant, found during a round.
+public struct StressViolation: Sendable, Hashable, CustomStringConvertible {
+    /// Which invariant.
+    public enum Kind: String, Sendable, Hashable, CaseIterable {
+        /// `main()` (or an async body, or a block) ran more than once.
+        case bodyRanTwice
+        /// `main()` ran for an operation cancelled before it started.
+        case bodyRanAfterCancel
+        /// An operation started before one of its dependencies finished.
+        case startedBeforeDependency
+        /// An operation queued after a barrier started before the barrier
+        /// finished, or a barrier ran before an operation queued before it.
+        case barrierOrder
+        /// A completion block ran more or fewer than once, or too early.
+        case completion
+        /// An operation did not finish, finished twice, or was not run
+        /// although it was never cancelled.
+        case finish
+        /// More operations ran at once than `maxConcurrentOperationCount`
+        /// allowed (two at once on a serial queue).
+        case concurrency
+        /// A suspended queue started an operation.
+        case startedWhileSuspended
+        /// A queue did not drain, or `operationCount` did not return to 0.
+        case notDrained
+        /// A bounded wait reached its bound.
+        case timeout
+        /// The library reported a misuse (the engine never misuses it).
+        case misuse
+        /// Anything else unexpected.
+        case other
+    }
+
+    /// Which invariant broke.
+    public var kind: Kind
+    /// What happened, naming the operations and queues involved. Timeouts
+    /// include a dump of the queues' states.
+    public var message: String
+
+    /// `[kind] message`.
+    public var description: String { "[\(kind.rawValue)] \(message)" }
+}
+
+/// The outcome of one round.
+public struct StressReport: Sendable, CustomStringConvertible {
+    /// The round's seed: pass it back to rerun the round.
+    public var seed: UInt64
+    /// The plan's fingerprint (the same for the same configuration).
+    public var planFingerprint: UInt64
+    /// Operations generated by the plan (some, added by operations that were
+    /// cancelled, are never created).
+    public var operationsPlanned: Int
+    /// Operations created and finished, barrier blocks included.
+    public var operationsRun: Int
+    /// Operations whose body (`main()`, blocks or async work) ran.
+    public var bodiesRun: Int
+    /// Operations that ended cancelled.
+    public var cancelled: Int
+    /// Operations the engine cancelled at a moment when they certainly had
+    /// not started (their bodies must never run).
+    public var cancelledBeforeStart: Int
+    /// Operations cancelled while their body was running.
+    public var cancelledWhileRunning: Int
+    /// Operations started by hand rather than by a queue.
+    public var startedByHand: Int
+    /// Barrier blocks that ran.
+    public var barriers: Int
+    /// Outside waits performed (each bounded).
+    public var waits: Int
+    /// Chaos actions performed (suspensions, width changes, cancellations).
+    public var chaosActions: Int
+    /// The highest number of operations seen running at once on any queue.
+    public var peakConcurrency: Int
+    /// Whether every queue drained and reported `operationCount == 0`.
+    public var queuesDrained: Bool
+    /// Every broken invariant (the first 200 are kept; see `violationCount`).
+    public var violations: [StressViolation]
+    /// How many violations were found in all.
+    public var violationCount: Int
+    /// Wall-clock time of the round.
+    public var elapsed: Duration
+
+    /// Whether the round found nothing wrong.
+    public var passed: Bool { violationCount == 0 && queuesDrained }
+
+    /// A one-line summary.
+    public var description: String {
+        let seconds = Double(elapsed.components.seconds) + Double(elapsed.components.attoseconds) / 1e18
+        let secondsText = String(Int((seconds * 1000).rounded())) + " ms"
+        return "seed \(seed) plan \(hex(planFingerprint)): \(operationsRun) operations run (bodies \(bodiesRun), cancelled \(cancelled): \(cancelledBeforeStart) surely before start, \(cancelledWhileRunning) while running; by hand \(startedByHand), barriers \(barriers)), waits \(waits), chaos actions \(chaosActions), peak concurrency \(peakConcurrency), drained \(queuesDrained), violations \(violationCount), \(secondsText)"
+    }
+}
+
+func hex(_ value: UInt64) -> String {
+    let digits = String(value, radix: 16)
+    return "0x" + String(repeating: "0", count: max(0, 16 - digits.count)) + digits
+}
