@@ -17,18 +17,9 @@ struct StressTests {
         let plan = StressPlan(configuration: configuration)
         let report = StressRunner.run(configuration) { print($0) }
         let rerun = "rerun: swift run ops soak --seed \(seed) --rounds 1 --operations-per-round 3000 --queues 5"
-        // The barrier admission race (see `barrierAdmissionRace` below) is a
-        // known library bug that a round hits about once per million
-        // operations: report it as a known issue, everything else as a failure.
-        // Fold this back into the main expectation once the library is fixed.
-        let known = report.violations.filter { $0.kind == .barrierOrder }
-        let unexpected = report.violations.filter { $0.kind != .barrierOrder }
-        let details = unexpected.prefix(20).map(\.description).joined(separator: "\n")
-        #expect(unexpected.isEmpty && report.violationCount == report.violations.count,
+        let details = report.violations.prefix(20).map(\.description).joined(separator: "\n")
+        #expect(report.violations.isEmpty && report.violationCount == 0,
                 "stress seed \(seed) (\(rerun)): \(report)\n\(details)")
-        withKnownIssue("library bug: barrier admission race", isIntermittent: true) {
-            #expect(known.isEmpty, "stress seed \(seed) (\(rerun)): \(known.map(\.description).joined(separator: "\n"))")
-        }
         #expect(report.queuesDrained, "stress seed \(seed) (\(rerun)): the queues did not drain: \(report)")
         // The round really ran the mix it planned.
         #expect(report.planFingerprint == plan.fingerprint)
@@ -136,8 +127,9 @@ struct StressTests {
     /// `.prior` queue observer (which runs inside `addOperation`, after the
     /// claim) force the interleaving deterministically.
     ///
-    /// Remove `withKnownIssue` once the library is fixed.
-    @Test("Known library bug: an operation added after a barrier can start before it")
+    /// Fixed: admission now re-checks the base readiness under the queue's
+    /// lock (there is no "admitted by an override" shortcut any more).
+    @Test("An operation added after a barrier never starts before it (regression)")
     func barrierAdmissionRace() {
         let queue = OperationQueue()
         let state = ReproState()
@@ -167,12 +159,12 @@ struct StressTests {
         queue.addOperation(dependent)
         dependent.proceed.signal()
 
-        _ = dependent.waitUntilFinished(timeout: .seconds(2))
-        let ranBeforeBarrier = state.ranBeforeBarrier.load(ordering: .sequentiallyConsistent)
-        withKnownIssue("library bug: admission treats a stale isReady as an isReady override") {
-            #expect(!ranBeforeBarrier, "\(dependent) ran before the barrier added before it")
-        }
+        // The barrier cannot run while `gate` executes, so neither can `dependent`.
+        #expect(!dependent.waitUntilFinished(timeout: .milliseconds(300)), "\(dependent) finished before the barrier ran")
         gate.finish()
+        #expect(dependent.waitUntilFinished(timeout: .seconds(10)))
+        let ranBeforeBarrier = state.ranBeforeBarrier.load(ordering: .sequentiallyConsistent)
+        #expect(!ranBeforeBarrier, "\(dependent) ran before the barrier added before it")
         #expect(queue.waitUntilAllOperationsAreFinished(timeout: .seconds(10)))
         let barrierRan = state.barrierRan.load(ordering: .sequentiallyConsistent)
         #expect(barrierRan)
