@@ -204,14 +204,15 @@ extension Operation {
             completeRetirement()
             return
         }
-        unowned(unsafe) let context = ThreadContext.current
-        if ThreadContext.refers(context.drainOperationReference, to: self) {
+        let deferred = ThreadContext.withCurrent { context -> Bool in
+            guard ThreadContext.refers(context.drainOperationReference, to: self) else { return false }
             // The drain loop that started this operation retires it under
             // the lock it takes anyway to pick the next operation, then
             // calls `completeRetirement()`.
             context.drainOperationRetirePending = true
-            return
+            return true
         }
+        if deferred { return }
         let selfRelease = queue._withUnsafeGuaranteedRef { $0.operationDidRetire(self) }
         selfRelease?.release()
     }

@@ -237,10 +237,12 @@ open class Operation: @unchecked Sendable {
     /// finished, or belongs to a queue) is reported through
     /// ``OperationMisuse``.
     open func start() {
-        unowned(unsafe) let context = ThreadContext.current
-        guard beginStart(context: context) else { return }
-        runMain(context: context)
-        finish(announced: false)
+        let run = ThreadContext.withCurrent { context -> Bool in
+            guard beginStart(context: context) else { return false }
+            runMain(context: context)
+            return true
+        }
+        if run { finish(announced: false) }
     }
 
     /// The operation's work. The default implementation does nothing.

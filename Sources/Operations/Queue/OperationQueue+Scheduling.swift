@@ -354,11 +354,12 @@ extension OperationQueue {
     }
 
     private func admit(_ operation: Operation) {
-        let context = ThreadContext.current
-        if ThreadContext.refers(context.admittingQueueReference, to: self) {
+        let deferred = ThreadContext.withCurrent { context -> Bool in
+            guard ThreadContext.refers(context.admittingQueueReference, to: self) else { return false }
             context.deferredAdmissions.append(operation)
-            return
+            return true
         }
+        if deferred { return }
         lock.lock()
         // `isReady` was asked outside the lock and may be stale: the base
         // readiness (dependencies, cancellation) is checked again here. An

@@ -95,6 +95,16 @@ final class ThreadContext {
         return key
     }()
 
+    /// Runs `body` with the calling thread's context, without reference
+    /// counting (the context lives as long as its thread).
+    @inline(__always)
+    static func withCurrent<R>(_ body: (ThreadContext) -> R) -> R {
+        if let pointer = pthread_getspecific(key) {
+            return Unmanaged<ThreadContext>.fromOpaque(pointer)._withUnsafeGuaranteedRef(body)
+        }
+        return body(makeCurrent())
+    }
+
     /// The calling thread's context, created on first use.
     static var current: ThreadContext {
         @inline(__always) get {
