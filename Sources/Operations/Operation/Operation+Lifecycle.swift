@@ -235,7 +235,7 @@ extension Operation {
 
     /// One of this operation's counted dependencies finished (`dependency`
     /// is nil for the internal holds a queue places on barriers).
-    final func dependencyDidFinish(_ dependency: Operation? = nil) {
+    final func dependencyDidFinish(_ dependency: Operation?) {
         // A failure policy cancels before the operation can become ready, so
         // that a queue never starts it.
         if let dependency, loadState().hasFailurePolicy { applyFailurePolicy(after: [dependency]) }

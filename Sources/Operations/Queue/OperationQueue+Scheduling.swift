@@ -204,7 +204,7 @@ extension OperationQueue {
         }
         for operation in prior { barrier.addDependency(operation, hidden: false) }
         enqueue(CollectionOfOne(barrier))
-        barrier.dependencyDidFinish()
+        barrier.dependencyDidFinish(nil)
     }
 
     // MARK: Drain loops
