@@ -184,6 +184,51 @@ struct QueueTests {
         #expect(main.name == "OperationQueue Main Queue")
     }
 
+    @Test("operations added to OperationQueue.main run when the main dispatch queue is serviced")
+    func mainQueueRuns() {
+        // The test runner services the main dispatch queue (dispatchMain);
+        // on Linux it drains it on a dispatch thread, so only the queue, not
+        // the thread, is checked here.
+        let current = Box<OperationQueue?>(nil)
+        let op = BlockOperation { current.value = OperationQueue.current }
+        OperationQueue.main.addOperation(op)
+        #expect(op.waitUntilFinished(timeout: patience), "OperationQueue.main never ran the operation")
+        #expect(current.value === OperationQueue.main)
+    }
+
+    // MARK: Article 003: selling tickets
+
+    @Test("article 003: three serial queues sell 50 tickets under a lock, each exactly once")
+    func ticketSale() {
+        final class TicketOffice: Sendable {
+            let lock = Mutex(50)
+            let sold = Recorder<String>()
+            func sale(_ who: String) {
+                while true {
+                    let remaining: Int? = lock.withLock { count in
+                        guard count > 0 else { return nil }
+                        count -= 1
+                        return count
+                    }
+                    guard let remaining else { return }
+                    sold.record("\(remaining) \(who)")
+                }
+            }
+        }
+        let office = TicketOffice()
+        let windows = ["Beijing", "Shanghai", "Shenzhen"].map { city -> OperationQueue in
+            let queue = makeQueue(city, width: 1)
+            queue.addOperation { office.sale(city) }
+            return queue
+        }
+        for queue in windows {
+            #expect(queue.waitUntilAllOperationsAreFinished(timeout: patience))
+        }
+        let remainders = office.sold.events.map { Int($0.split(separator: " ")[0])! }
+        #expect(remainders.sorted() == Array(0..<50))
+        #expect(office.lock.withLock { $0 } == 0)
+    }
+
     // MARK: Contents
 
     @Test("operations and operationCount list unfinished operations in add order, empty when drained")

@@ -138,6 +138,18 @@ final class Box<Value: Sendable>: Sendable {
     }
 }
 
+/// A value guarded by a mutex, usable with `willSet` / `didSet` observers
+/// (the setter is nonmutating, the storage is a shared box).
+@propertyWrapper
+struct Locked<Value: Sendable>: Sendable {
+    private let storage: Box<Value>
+    init(wrappedValue: Value) { storage = Box(wrappedValue) }
+    var wrappedValue: Value {
+        get { storage.value }
+        nonmutating set { storage.value = newValue }
+    }
+}
+
 /// An object whose release can be observed.
 final class Tracked: Sendable {
     let label: String
