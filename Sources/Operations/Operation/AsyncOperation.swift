@@ -46,19 +46,19 @@ open class AsyncOperation: Operation, @unchecked Sendable {
     /// calls ``execute()`` unless the operation was cancelled, in which case
     /// it finishes at once.
     open override func start() {
-        let context = ThreadContext.current
+        unowned(unsafe) let context = ThreadContext.current
         guard beginStart(context: context) else { return }
-        let savedOperation = context.operation
-        let savedStarting = context.queueStarting
-        context.operation = self
-        context.queueStarting = nil
+        let savedOperation = context.operationReference
+        let savedStarting = context.queueStartingReference
+        context.operationReference = Unmanaged.passUnretained(self)
+        context.queueStartingReference = nil
         let priority = loadState().hasCustomThreadPriority
             ? ThreadPriorityChange.apply(threadPriority, context: context)
             : nil
         execute()
         priority?.restore(context: context)
-        context.operation = savedOperation
-        context.queueStarting = savedStarting
+        context.operationReference = savedOperation
+        context.queueStartingReference = savedStarting
     }
 
     /// The work. The default runs the block given to ``init(block:)``.

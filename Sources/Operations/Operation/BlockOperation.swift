@@ -14,8 +14,9 @@ import Synchronization
 /// `import class Operations.BlockOperation`.
 open class BlockOperation: Operation, @unchecked Sendable {
     // @unchecked Sendable: `blocks` is read and written only while the
-    // state lock bit (see `Operation`) is held.
-    final var blocks: BlockList = .empty
+    // state lock bit (see `Operation`) is held (so its dynamic exclusivity
+    // checks are off).
+    @exclusivity(unchecked) final var blocks: BlockList = .empty
 
     /// Creates an operation with no blocks; add them with ``addExecutionBlock(_:)``.
     public override init() {
@@ -123,20 +124,20 @@ final class ConcurrentBlocks: Sendable {
         }
         runClaimedBlocks()
         if unfinished.load(ordering: .acquiring) > 0 {
-            let context = ThreadContext.current
+            unowned(unsafe) let context = ThreadContext.current
             WorkerPool.shared.blocking(context: context) { _ = done.wait() }
         }
     }
 
     private func helpOnPoolThread() {
-        let context = ThreadContext.current
-        let savedQueue = context.queue
-        let savedOperation = context.operation
+        unowned(unsafe) let context = ThreadContext.current
+        let savedQueue = context.queueReference
+        let savedOperation = context.operationReference
         context.queue = queue
         context.operation = operation
         runClaimedBlocks()
-        context.queue = savedQueue
-        context.operation = savedOperation
+        context.queueReference = savedQueue
+        context.operationReference = savedOperation
     }
 
     private func runClaimedBlocks() {

@@ -1,7 +1,17 @@
 extension Operation {
     final func performRemoveDependency(_ operation: Operation) {
+        // Announce only when something will change, and balance every
+        // will-change with a did-change for the same keys.
         let observed = loadState().isObserved
-        if observed { notifyWillChange(["dependencies"]) }
+        var keys: [String] = []
+        if observed {
+            guard withStateLock({ _ in storedDependencies.contains(operation) }) else { return }
+            let state = loadState()
+            let mayBecomeReady = !state.isReady && state.phase == .pending && !state.hasStarted
+                && state.unfinishedDependencies == 1 && !operation.loadState().isFinished
+            keys = mayBecomeReady ? ["dependencies", "isReady"] : ["dependencies"]
+            notifyWillChange(keys)
+        }
         var removed = false
         var readiness = OperationState.ReadinessChange.none
         var queue: OperationQueue?
@@ -15,10 +25,8 @@ extension Operation {
                 }
             }
         }
+        if observed { notifyDidChange(keys) }
         guard removed else { return }
-        if loadState().isObserved {
-            notifyDidChange(readiness == .becameReady ? ["dependencies", "isReady"] : ["dependencies"])
-        }
         queue?.operationMayBeReady(self)
     }
 
@@ -33,16 +41,27 @@ extension Operation {
             )
             return
         }
-        let snapshot = loadState()
-        let observed = snapshot.isObserved && !hidden
-        let mayBecomeUnready = snapshot.isReady && snapshot.phase == .pending && !snapshot.hasStarted
-        if observed { notifyWillChange(mayBecomeUnready ? ["dependencies", "isReady"] : ["dependencies"]) }
+        // Observers are told only about an edge that will be added, and every
+        // will-change is balanced by a did-change for the same keys.
+        let observed = loadState().isObserved
+        var keys: [String] = []
+        if observed {
+            let rejected = DependencyGraph.lock.withLock { () -> Bool in
+                isDuplicateDependency(dependency, hidden: hidden)
+                    || { if case .cycle = DependencyGraph.search(dependent: self, dependency: dependency) { return true }; return false }()
+            }
+            if !rejected {
+                let state = loadState()
+                let mayBecomeUnready = state.isReady && state.phase == .pending && !state.hasStarted
+                    && !dependency.loadState().isFinished
+                keys = (hidden ? [] : ["dependencies"]) + (mayBecomeUnready ? ["isReady"] : [])
+                notifyWillChange(keys)
+            }
+        }
+        defer { if !keys.isEmpty { notifyDidChange(keys) } }
 
         DependencyGraph.lock.lock()
-        let duplicate = withStateLock { _ in
-            hidden ? extras?.hiddenDependency === dependency : storedDependencies.contains(dependency)
-        }
-        if duplicate {
+        if isDuplicateDependency(dependency, hidden: hidden) {
             DependencyGraph.lock.unlock()
             return
         }
@@ -60,7 +79,6 @@ extension Operation {
         case .none:
             break
         }
-        var readiness = OperationState.ReadinessChange.none
         // Lock order: dependency, then dependent. Only this function (under
         // the graph lock) holds two operation locks at once.
         dependency.withStateLock { dependencyState in
@@ -73,17 +91,18 @@ extension Operation {
                 }
                 let counts = dependencyUnfinished && state.phase == .pending && !state.hasStarted
                 if counts {
-                    readiness = state.addUnfinishedDependency()
+                    _ = state.addUnfinishedDependency()
                     dependency.storedDependents.append(self)
                 }
             }
         }
         DependencyGraph.lock.unlock()
-        if observed || (!hidden && loadState().isObserved) {
-            notifyDidChange(readiness == .becameUnready ? ["dependencies", "isReady"] : ["dependencies"])
-        } else if hidden, readiness == .becameUnready, loadState().isObserved {
-            notifyWillChange(["isReady"])
-            notifyDidChange(["isReady"])
+    }
+
+    /// Whether `dependency` is already registered. Call with the graph lock held.
+    private func isDuplicateDependency(_ dependency: Operation, hidden: Bool) -> Bool {
+        withStateLock { _ in
+            hidden ? extras?.hiddenDependency === dependency : storedDependencies.contains(dependency)
         }
     }
 
@@ -99,7 +118,7 @@ extension Operation {
 
     /// Unfinished operations waiting for this one.
     final func unfinishedDependents() -> [Operation] {
-        withStateLock { _ in storedDependents.array }
+        withStateLock { _ in storedDependents.operations }.filter { !$0.loadState().isFinished }
     }
 }
 
@@ -143,6 +162,12 @@ enum DependencyGraph {
     /// no cycle. Call with `lock` held.
     static func search(dependent: Operation, dependency: Operation) -> SearchResult {
         if dependent.loadState().isFinished || dependency.loadState().isFinished { return .none }
+        // The common ways to build a graph end here in O(1): a new operation
+        // has no dependents yet, and a source has no dependencies.
+        let firstDependents = dependent.unfinishedDependents()
+        if firstDependents.isEmpty { return .none }
+        let firstDependencies = dependency.unfinishedDependencies()
+        if firstDependencies.isEmpty { return .none }
         // forward: reached from `dependency` by following dependencies.
         var forwardParent: [ObjectIdentifier: Operation] = [ObjectIdentifier(dependency): dependency]
         var backwardParent: [ObjectIdentifier: Operation] = [ObjectIdentifier(dependent): dependent]

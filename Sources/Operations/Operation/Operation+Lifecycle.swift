@@ -12,8 +12,11 @@ extension Operation {
     /// false when the call was a misuse that a handler refused, or when the
     /// operation had been cancelled and has now finished without its body.
     final func beginStart(context: ThreadContext) -> Bool {
-        let snapshot = loadState()
-        let startedByQueue = context.queueStarting === self
+        let startedByQueue = ThreadContext.refers(context.queueStartingReference, to: self)
+        // Fast path: one compare-and-swap moves a plain pending operation
+        // (started by its queue, or by hand when ready) to executing.
+        if startedByQueue || isReady, tryFastStart(enqueued: startedByQueue) { return true }
+        var snapshot = loadState()
         if snapshot.isEnqueued && !startedByQueue {
             let owner = withStateLock { _ in storedQueue?.misuseSubject } ?? "a queue"
             OperationMisuse.report(
@@ -26,6 +29,10 @@ extension Operation {
         if let refusal = startRefusal(snapshot) {
             OperationMisuse.report(refusal.code, subject: misuseSubject, refusal.detail)
             return false
+        }
+        if snapshot.hasFailurePolicy, !snapshot.isCancelled {
+            applyFailurePolicy(after: withStateLock { _ in storedDependencies.array })
+            snapshot = loadState()
         }
         if !startedByQueue, !snapshot.isCancelled, !isReady {
             OperationMisuse.report(.startNotReady, subject: misuseSubject, notReadyExplanation())
@@ -49,6 +56,27 @@ extension Operation {
             OperationMisuse.report(refusal.code, subject: misuseSubject, refusal.detail)
             return false
         }
+    }
+
+    /// Moves pending → executing in one compare-and-swap if the state is
+    /// plain (see `OperationState.fastStartMask`). Returns false to take the
+    /// general path.
+    @inline(__always)
+    private func tryFastStart(enqueued: Bool) -> Bool {
+        let required = enqueued ? OperationState.enqueuedFlag : 0
+        var current = stateWord.load(ordering: .relaxed)
+        while current & OperationState.fastStartMask == required {
+            let desired = current | OperationState.startedFlag | OperationState.executingPhase
+            let (exchanged, original) = stateWord.weakCompareExchange(
+                expected: current,
+                desired: desired,
+                successOrdering: .acquiringAndReleasing,
+                failureOrdering: .relaxed
+            )
+            if exchanged { return true }
+            current = original
+        }
+        return false
     }
 
     private func startRefusal(_ state: OperationState) -> (code: OperationMisuse.Code, detail: String)? {
@@ -76,17 +104,17 @@ extension Operation {
 
     /// Runs `main()` with the thread context and thread priority set.
     final func runMain(context: ThreadContext) {
-        let savedOperation = context.operation
-        let savedStarting = context.queueStarting
-        context.operation = self
-        context.queueStarting = nil
+        let savedOperation = context.operationReference
+        let savedStarting = context.queueStartingReference
+        context.operationReference = Unmanaged.passUnretained(self)
+        context.queueStartingReference = nil
         let priority = loadState().hasCustomThreadPriority
             ? ThreadPriorityChange.apply(threadPriority, context: context)
             : nil
         main()
         priority?.restore(context: context)
-        context.operation = savedOperation
-        context.queueStarting = savedStarting
+        context.operationReference = savedOperation
+        context.queueStartingReference = savedStarting
     }
 
     // MARK: Finishing
@@ -97,6 +125,20 @@ extension Operation {
     /// `announced` is true when a subclass announced `isFinished` itself; its
     /// observers have then already been told.
     final func finish(announced: Bool) {
+        // Fast path: nothing to notify, release or run besides the queue.
+        var fastQueue: OperationQueue?
+        let fast = withStateLock { state -> Bool in
+            guard !state.isObserved, state.phase != .finished, storedDependents.isEmpty, extras == nil else {
+                return false
+            }
+            _ = state.finish()
+            fastQueue = storedQueue
+            return true
+        }
+        if fast {
+            retire(queue: fastQueue)
+            return
+        }
         let snapshot = loadState()
         guard snapshot.phase != .finished else { return }
         let observed = snapshot.isObserved && !announced
@@ -107,6 +149,7 @@ extension Operation {
         var completion: (@Sendable () -> Void)?
         var queue: OperationQueue?
         var barrier: Operation?
+        var handlers: [@Sendable () -> Void] = []
         let outcome = withStateLock { state -> OperationState.FinishOutcome in
             let outcome = state.finish()
             if case .finished = outcome {
@@ -117,26 +160,33 @@ extension Operation {
                 // keep every earlier operation of the queue alive.
                 barrier = extras?.hiddenDependency
                 extras?.hiddenDependency = nil
+                // Cancellation handlers (an async body's task) are useless now,
+                // and may reference this operation.
+                if let extras, !extras.cancellationHandlers.isEmpty {
+                    handlers = extras.cancellationHandlers
+                    extras.cancellationHandlers = []
+                }
                 queue = storedQueue
             }
             return outcome
         }
         withExtendedLifetime(barrier) {}
+        withExtendedLifetime(handlers) {}
         guard case .finished(let wasExecuting) = outcome else { return }
         if observed {
             notifyDidChange(wasExecuting ? ["isExecuting", "isFinished"] : ["isFinished"])
         }
-        dependents.forEach { $0.dependencyDidFinish() }
+        dependents.forEach { $0.dependencyDidFinish(self) }
         dependents = .empty
         if let completion {
-            let context = ThreadContext.current
-            let savedCompleting = context.completing
-            let savedQueue = context.queue
-            context.completing = self
+            unowned(unsafe) let context = ThreadContext.current
+            let savedCompleting = context.completingReference
+            let savedQueue = context.queueReference
+            context.completingReference = Unmanaged.passUnretained(self)
             if let queue { context.queue = queue }
             completion()
-            context.completing = savedCompleting
-            context.queue = savedQueue
+            context.completingReference = savedCompleting
+            context.queueReference = savedQueue
         }
         retire(queue: queue)
     }
@@ -144,8 +194,8 @@ extension Operation {
     /// Informs the queue (if any), then releases waiters.
     final func retire(queue: OperationQueue?) {
         if let queue {
-            let context = ThreadContext.current
-            if context.drainOperation === self {
+            unowned(unsafe) let context = ThreadContext.current
+            if ThreadContext.refers(context.drainOperationReference, to: self) {
                 // The drain loop that started this operation retires it under
                 // the lock it takes anyway to pick the next operation, then
                 // calls `completeRetirement()`.
@@ -175,8 +225,12 @@ extension Operation {
         for callback in callbacks { callback() }
     }
 
-    /// One of this operation's counted dependencies finished.
-    final func dependencyDidFinish() {
+    /// One of this operation's counted dependencies finished (`dependency`
+    /// is nil for the internal holds a queue places on barriers).
+    final func dependencyDidFinish(_ dependency: Operation? = nil) {
+        // A failure policy cancels before the operation can become ready, so
+        // that a queue never starts it.
+        if let dependency, loadState().hasFailurePolicy { applyFailurePolicy(after: [dependency]) }
         let snapshot = loadState()
         let mayBecomeReady = snapshot.unfinishedDependencies == 1 && !snapshot.isCancelled
             && snapshot.phase == .pending && !snapshot.hasStarted

@@ -5,7 +5,7 @@ extension Operation {
     final func performWait(deadline: UInt64?) -> Bool {
         let snapshot = loadState()
         if snapshot.isRetired { return true }
-        let context = ThreadContext.current
+        unowned(unsafe) let context = ThreadContext.current
         // Waiting from the operation's own completion block: it has finished.
         if snapshot.isFinished, context.completing === self { return true }
         if let reason = waitDeadlockReason(context: context) {
@@ -27,8 +27,15 @@ extension Operation {
         }
         guard registered else { return true }
         return WorkerPool.shared.blocking(context: context) {
-            signal.wait(deadline: deadline)
+            HangReport.wait(on: signal, deadline: deadline) { self.hangDescription() }
         }
+    }
+
+    /// What a stuck `waitUntilFinished()` reports: the operation and its queue.
+    final func hangDescription() -> String {
+        let queue = withStateLock { _ in storedQueue }
+        if let queue { return "waitUntilFinished on \(misuseSubject), in:\n" + queue.diagnostics() }
+        return "waitUntilFinished on " + diagnosticLine(queueSuspended: false) + " (not in a queue: it runs when someone calls start())"
     }
 
     /// Why waiting for this operation from the current context can never

@@ -38,6 +38,7 @@ import Darwin
 /// Subclasses should restate `@unchecked Sendable`, as with Foundation.
 open class Operation: @unchecked Sendable {
     // @unchecked Sendable, justified field by field:
+    // (storedDependents holds weak references: see `DependentList`.)
     // - `stateWord` is atomic. Its bit 0 is a lock bit (`withStateLock`).
     // - `storedDependencies`, `storedDependents`, `storedQueue` and `extras`
     //   are read and written only while that lock bit is held.
@@ -48,29 +49,35 @@ open class Operation: @unchecked Sendable {
     /// The lifecycle word: see `OperationState`.
     final let stateWord = Atomic<UInt64>(OperationState.defaultRaw)
 
-    // Guarded by the state lock bit.
-    final var storedDependencies: OperationList = .empty
-    final var storedDependents: OperationList = .empty
-    final var storedQueue: OperationQueue?
-    final var extras: OperationExtras?
+    // Guarded by the state lock bit. The lock already guarantees exclusive
+    // access, so Swift's dynamic exclusivity checks (about 60 instructions
+    // per access) are turned off for these fields.
+    @exclusivity(unchecked) final var storedDependencies: OperationList = .empty
+    @exclusivity(unchecked) final var storedDependents: DependentList = .empty
+    @exclusivity(unchecked) final var storedQueue: OperationQueue?
+    @exclusivity(unchecked) final var extras: OperationExtras?
 
-    // Guarded by the owning queue's lock.
-    /// Next operation in the queue's add-order list (the list owns the operation).
-    final var queueNext: Operation?
-    final unowned(unsafe) var queuePrevious: Operation?
+    // Guarded by the owning queue's lock (exclusivity checks off, as above).
+    // Unmanaged, so that moving operations between lists costs no reference
+    // counting: the queue's add-order list owns one retain of each operation,
+    // taken in `QueueScheduler.link` and given back in `retire`.
+    /// Neighbours in the queue's add-order list.
+    @exclusivity(unchecked) final var queueNext: Unmanaged<Operation>?
+    @exclusivity(unchecked) final var queuePrevious: Unmanaged<Operation>?
     /// Neighbours in the queue's ready lane.
-    final unowned(unsafe) var laneNext: Operation?
-    final unowned(unsafe) var lanePrevious: Operation?
+    @exclusivity(unchecked) final var laneNext: Unmanaged<Operation>?
+    @exclusivity(unchecked) final var lanePrevious: Unmanaged<Operation>?
     /// The ready lane holding the operation, or -1.
-    final var laneIndex: Int8 = -1
+    @exclusivity(unchecked) final var laneIndex: Int8 = -1
     /// Queue bookkeeping flags (`QueueLinkFlags`).
-    final var queueFlags: UInt8 = 0
+    @exclusivity(unchecked) final var queueFlags: UInt8 = 0
 
     /// Creates a pending operation with normal priority and default quality
     /// of service.
     public init() {}
 
     deinit {
+        if case .empty = storedDependencies, extras == nil { return }
         // Release the dependency chain iteratively: a long chain released
         // recursively (each operation freeing its dependency in its deinit)
         // would overflow the stack at around 100k links.
@@ -157,7 +164,7 @@ open class Operation: @unchecked Sendable {
     /// finished, or belongs to a queue) is reported through
     /// ``OperationMisuse``.
     open func start() {
-        let context = ThreadContext.current
+        unowned(unsafe) let context = ThreadContext.current
         guard beginStart(context: context) else { return }
         runMain(context: context)
         finish(announced: false)
@@ -396,6 +403,10 @@ final class OperationExtras {
     var cancellationHandlers: [@Sendable () -> Void] = []
     /// A dependency that `dependencies` does not list: the queue's barrier.
     var hiddenDependency: Operation?
-    /// The operation's outcome, for operations that produce one.
-    var outcome: Any?
+    /// The error the operation failed with (`ResultOperation`, failure policies).
+    var failure: (any Error)?
+    /// What happens when a dependency fails or is cancelled.
+    var failurePolicy: DependencyFailurePolicy = .runAnyway
+    /// The dependency failures that made a failure policy cancel the operation.
+    var dependencyErrors: [DependencyError] = []
 }

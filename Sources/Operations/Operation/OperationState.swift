@@ -23,6 +23,7 @@
 /// | 11–13  | quality-of-service index                   |
 /// | 14     | asynchronous body (finishes on `finish()`) |
 /// | 15     | thread priority differs from 0.5           |
+/// | 16     | a dependency failure policy is set         |
 /// | 32–63  | unfinished dependencies                    |
 ///
 /// Invariants:
@@ -60,8 +61,18 @@ struct OperationState: Equatable, Sendable, CustomStringConvertible {
     private static let qosMask: UInt64 = 0b111 << 11
     private static let asyncBodyBit: UInt64 = 1 << 14
     private static let threadPriorityBit: UInt64 = 1 << 15
+    private static let failurePolicyBit: UInt64 = 1 << 16
     private static let dependencyShift: UInt64 = 32
     private static let dependencyUnit: UInt64 = 1 << 32
+
+    /// Bits that must all be clear (except `enqueued`, for a queue's start)
+    /// for `start()` to take its fast path: unlocked, pending, not started,
+    /// not cancelled, unobserved, no failure policy, no dependencies.
+    static let fastStartMask: UInt64 = lockBit | phaseMask | cancelledBit | enqueuedBit | observedBit
+        | startedBit | failurePolicyBit | (UInt64(UInt32.max) << dependencyShift)
+    static let enqueuedFlag: UInt64 = enqueuedBit
+    static let startedFlag: UInt64 = startedBit
+    static let executingPhase: UInt64 = Phase.executing.rawValue << phaseShift
 
     /// Normal priority (index 2), default QoS (index 2), pending, no dependencies.
     static let defaultRaw: UInt64 = (2 << 8) | (2 << 11)
@@ -106,6 +117,11 @@ struct OperationState: Equatable, Sendable, CustomStringConvertible {
     var hasCustomThreadPriority: Bool {
         get { raw & Self.threadPriorityBit != 0 }
         set { set(Self.threadPriorityBit, newValue) }
+    }
+
+    var hasFailurePolicy: Bool {
+        get { raw & Self.failurePolicyBit != 0 }
+        set { set(Self.failurePolicyBit, newValue) }
     }
 
     /// 0 (very low) ... 4 (very high).

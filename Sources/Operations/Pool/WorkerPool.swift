@@ -379,7 +379,8 @@ final class Worker: @unchecked Sendable {
     //   worker's own thread (`retireAfterCurrentJob` is then read by
     //   `nextJob` on that same thread).
     let index: Int
-    unowned let pool: WorkerPool
+    /// The pool lives as long as the process.
+    unowned(unsafe) let pool: WorkerPool
     let wake = WaitSignal()
     var handedJob: (PoolJob, Int)?
     var isParked = false
@@ -398,7 +399,7 @@ final class Worker: @unchecked Sendable {
 
     /// The thread's body.
     func run() {
-        let context = ThreadContext.current
+        unowned(unsafe) let context = ThreadContext.current
         context.worker = self
         threadID.store(context.threadID, ordering: .relaxed)
         Platform.setCurrentThreadName("ops.worker.\(index)")

@@ -52,10 +52,52 @@ extension OperationQueue {
             accepted.append(operation)
         }
         guard !accepted.isEmpty else { return [] }
+        return admit(claimed: accepted, mode: mode)
+    }
+
+    /// Adds one operation: the common case, with one lock acquisition and
+    /// no allocation when the queue has no barrier, pending limit, observers
+    /// or event subscribers.
+    final func enqueueOne(_ operation: Operation) {
+        if let (refusal, owner) = operation.claim(for: self) {
+            reportRefusedAdd(operation, refusal: refusal, owner: owner, inBatch: [])
+            return
+        }
+        let ready = operation.isReady
+        lock.lock()
+        guard scheduler.lastBarrier == nil, scheduler.pendingLimit == nil,
+              !observed.load(ordering: .relaxed), !hasEventSinks.load(ordering: .relaxed) else {
+            lock.unlock()
+            admit(claimed: [operation], mode: .synchronous)
+            return
+        }
+        scheduler.link(operation)
+        var recheck = false
+        let baseReady = operation.loadState().isReady
+        if ready {
+            if !baseReady { operation.queueFlags |= QueueLinkFlags.admittedByOverride }
+            scheduler.pushReady(operation, lane: operation.readyLane)
+        } else if baseReady {
+            recheck = true
+        }
+        let tickets = scheduler.drainersNeeded()
+        let executor = tickets > 0 ? drainExecutorLocked() : nil
+        let stalled = scheduler.isStalled
+        let wakeups = scheduler.takeWakeups()
+        lock.unlock()
+        if let executor { post(drainers: tickets, to: executor) }
+        wakeups.fire()
+        if recheck { operationReadinessMayHaveChanged(operation) }
+        if stalled { checkStall() }
+    }
+
+    /// Links and schedules operations already claimed for this queue.
+    @discardableResult
+    final func admit(claimed accepted: [Operation], mode: AdmissionMode) -> [Operation]? {
         let observedNow = observed.load(ordering: .relaxed)
         if observedNow { notifyWillChange(["operations", "operationCount"]) }
 
-        let context = ThreadContext.current
+        unowned(unsafe) let context = ThreadContext.current
         var barrier = lock.withLock { scheduler.lastBarrier }
         var tickets = 0
         var stalled = false
@@ -114,6 +156,7 @@ extension OperationQueue {
             lock.unlock()
             break
         }
+        for operation in accepted { emit(.added(operation)) }
         startDrainers(tickets)
         wakeups.fire()
         for operation in recheck { operationReadinessMayHaveChanged(operation) }
@@ -166,33 +209,47 @@ extension OperationQueue {
 
     // MARK: Drain loops
 
+    /// Where drain loops run.
+    enum DrainExecutor {
+        case pool(qos: Int)
+        case dispatch(DispatchQueue)
+        case mainThread
+    }
+
+    /// The executor for drain loops. Call with `lock` held.
+    final func drainExecutorLocked() -> DrainExecutor {
+        switch kind {
+        case .mainThread: return .mainThread
+        case .pool:
+            if let storedUnderlyingQueue { return .dispatch(storedUnderlyingQueue) }
+            return .pool(qos: storedQualityOfService.index)
+        }
+    }
+
+    /// Starts `count` drain loops on `executor`.
+    final func post(drainers count: Int, to executor: DrainExecutor) {
+        for _ in 0..<count {
+            switch executor {
+            case .mainThread: DispatchQueue.main.async { self.drain(worker: nil) }
+            case .dispatch(let queue): queue.async { self.drain(worker: nil) }
+            case .pool(let qos): WorkerPool.shared.submit(self, qos: qos)
+            }
+        }
+    }
+
     /// Starts `count` drain loops on the queue's executor.
     final func startDrainers(_ count: Int) {
         guard count > 0 else { return }
-        switch kind {
-        case .mainThread:
-            for _ in 0..<count {
-                DispatchQueue.main.async { self.drain(worker: nil) }
-            }
-        case .pool:
-            let (underlying, qos) = lock.withLock { (storedUnderlyingQueue, storedQualityOfService.index) }
-            for _ in 0..<count {
-                if let underlying {
-                    underlying.async { self.drain(worker: nil) }
-                } else {
-                    WorkerPool.shared.submit(self, qos: qos)
-                }
-            }
-        }
+        post(drainers: count, to: lock.withLock { drainExecutorLocked() })
     }
 
     /// Starts ready operations one after another on the calling thread until
     /// none can start, then returns. Finishing an operation and picking the
     /// next one share one lock acquisition.
     final func drain(worker: Worker?) {
-        let context = ThreadContext.current
-        let savedQueue = context.queue
-        context.queue = self
+        unowned(unsafe) let context = ThreadContext.current
+        let savedQueue = context.queueReference
+        context.queueReference = Unmanaged.passUnretained(self)
         let pool = WorkerPool.shared
         let queueQoS = lock.withLock { storedQualityOfService.index }
         var toRetire: Operation?
@@ -223,6 +280,8 @@ extension OperationQueue {
                 toRetire = nil
                 finished.completeRetirement()
                 if isObserved { notifyDidChange(["operations", "operationCount"]) }
+                emit(.finished(finished))
+                if wakeups.drained { emit(.drained) }
             }
             withExtendedLifetime(released) {}
             wakeups.fire()
@@ -235,12 +294,14 @@ extension OperationQueue {
                 let qos = operation.loadState().qosIndex
                 worker.applyQualityOfService(index: qos == 2 ? queueQoS : qos)
             }
-            context.queueStarting = operation
-            context.drainOperation = operation
+            emit(.started(operation))
+            let reference = Unmanaged.passUnretained(operation)
+            context.queueStartingReference = reference
+            context.drainOperationReference = reference
             context.drainOperationRetirePending = false
             operation.start()
-            context.queueStarting = nil
-            context.drainOperation = nil
+            context.queueStartingReference = nil
+            context.drainOperationReference = nil
             if context.drainOperationRetirePending {
                 context.drainOperationRetirePending = false
                 toRetire = operation
@@ -251,7 +312,7 @@ extension OperationQueue {
             lock.lock()
             scheduler.busyDrainers -= 1
         }
-        context.queue = savedQueue
+        context.queueReference = savedQueue
         if yielded { startDrainers(1) }
     }
 
@@ -342,6 +403,8 @@ extension OperationQueue {
         wakeups.fire()
         startDrainers(tickets)
         if isObserved { notifyDidChange(["operations", "operationCount"]) }
+        emit(.finished(operation))
+        if wakeups.drained { emit(.drained) }
         if stalled { checkStall() }
     }
 

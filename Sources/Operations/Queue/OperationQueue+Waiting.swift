@@ -25,7 +25,7 @@ extension OperationQueue {
 
     @discardableResult
     final func waitUntilEmpty(deadline: UInt64?) -> Bool {
-        let context = ThreadContext.current
+        unowned(unsafe) let context = ThreadContext.current
         if context.queue === self, let current = context.operation ?? context.completing {
             OperationMisuse.report(
                 .waitDeadlock,
@@ -40,15 +40,15 @@ extension OperationQueue {
         let signal = WaitSignal()
         let empty = lock.withLock { () -> Bool in
             if scheduler.count == 0 { return true }
-            scheduler.drainWaiters.append(signal)
+            // On a timeout the callback stays until the queue drains; it only
+            // signals this (then unused) signal.
+            scheduler.drainCallbacks.append { signal.signal() }
             return false
         }
         if empty { return true }
-        let done = WorkerPool.shared.blocking(context: context) { signal.wait(deadline: deadline) }
-        if !done {
-            lock.withLock { scheduler.drainWaiters.removeAll { $0 === signal } }
+        return WorkerPool.shared.blocking(context: context) {
+            HangReport.wait(on: signal, deadline: deadline) { "waitUntilAllOperationsAreFinished on:\n" + diagnostics() }
         }
-        return done
     }
 
     /// Waits for exactly `operations` (the ones an `addOperations` call
@@ -64,7 +64,7 @@ extension OperationQueue {
     /// returns true or `deadline` passes: how the main thread waits for
     /// `OperationQueue.main` without deadlocking. Returns whether `done`.
     final func runOnCallingThread(until done: () -> Bool, deadline: UInt64?) -> Bool {
-        let context = ThreadContext.current
+        unowned(unsafe) let context = ThreadContext.current
         while !done() {
             let now = monotonicNanoseconds()
             if let deadline, now >= deadline { return false }
@@ -84,15 +84,17 @@ extension OperationQueue {
                 _ = signal.wait(deadline: min(deadline ?? .max, now &+ 50_000_000))
                 continue
             }
-            let savedQueue = context.queue
+            let savedQueue = context.queueReference
             context.queue = self
-            context.queueStarting = operation
-            context.drainOperation = operation
+            emit(.started(operation))
+            let reference = Unmanaged.passUnretained(operation)
+            context.queueStartingReference = reference
+            context.drainOperationReference = reference
             context.drainOperationRetirePending = false
             operation.start()
-            context.queueStarting = nil
-            context.drainOperation = nil
-            context.queue = savedQueue
+            context.queueStartingReference = nil
+            context.drainOperationReference = nil
+            context.queueReference = savedQueue
             let retire = context.drainOperationRetirePending
             context.drainOperationRetirePending = false
             lock.lock()
@@ -103,7 +105,11 @@ extension OperationQueue {
             let tickets = scheduler.drainersNeeded()
             lock.unlock()
             withExtendedLifetime(released) {}
-            if retire { operation.completeRetirement() }
+            if retire {
+                operation.completeRetirement()
+                emit(.finished(operation))
+                if wakeups.drained { emit(.drained) }
+            }
             wakeups.fire()
             startDrainers(tickets)
         }

@@ -35,9 +35,10 @@ import Synchronization
 /// `import class Operations.OperationQueue`.
 open class OperationQueue: @unchecked Sendable {
     // @unchecked Sendable: `scheduler`, `storedName`, `storedQualityOfService`,
-    // `storedUnderlyingQueue`, `observers` and `pendingLimit`-related state
-    // are read and written only while `lock` is held. `observed` is atomic.
-    // `kind` is immutable.
+    // `storedUnderlyingQueue`, `observers`, `pendingLimitPolicy`,
+    // `eventSinks` and `nextEventSinkID` are read and written only while
+    // `lock` is held. `observed` and `hasEventSinks` are atomic. `kind` is
+    // immutable.
 
     /// Where drain loops run.
     enum Kind {
@@ -48,7 +49,8 @@ open class OperationQueue: @unchecked Sendable {
     }
 
     final let lock = PlatformLock()
-    final var scheduler = QueueScheduler()
+    /// Guarded by `lock`, which guarantees exclusivity: dynamic checks off.
+    @exclusivity(unchecked) final var scheduler = QueueScheduler()
     final let kind: Kind
     final var storedName: String?
     final var storedQualityOfService: QualityOfService = .default
@@ -57,6 +59,11 @@ open class OperationQueue: @unchecked Sendable {
     final let observed = Atomic<Bool>(false)
     /// What synchronous adds do when the pending limit is reached.
     final var pendingLimitPolicy: PendingLimitPolicy = .block
+    /// Subscribers to `events`, by id.
+    final var eventSinks: [Int: AsyncStream<Event>.Continuation] = [:]
+    final var nextEventSinkID = 0
+    /// Whether `eventSinks` is non-empty (read without the lock).
+    final let hasEventSinks = Atomic<Bool>(false)
 
     /// The value of ``maxConcurrentOperationCount`` that lets the system
     /// choose: -1, as in Foundation.
@@ -65,6 +72,10 @@ open class OperationQueue: @unchecked Sendable {
     /// Creates a concurrent queue that runs on the shared worker pool.
     public init() {
         kind = .pool
+    }
+
+    deinit {
+        scheduler.releaseStorage()
     }
 
     init(mainThread: Void) {
@@ -150,6 +161,7 @@ open class OperationQueue: @unchecked Sendable {
             }
             startDrainers(tickets)
             notifyDidChange(["isSuspended"])
+            emit(.suspended(newValue))
         }
     }
 
@@ -210,12 +222,12 @@ open class OperationQueue: @unchecked Sendable {
     /// (``OperationMisuse/Code/alreadyInQueue``,
     /// ``OperationMisuse/Code/addedAfterStart``).
     open func addOperation(_ operation: Operation) {
-        enqueue(CollectionOfOne(operation))
+        enqueueOne(operation)
     }
 
     /// Wraps `block` in a ``BlockOperation`` and adds it.
     open func addOperation(_ block: @escaping @Sendable () -> Void) {
-        enqueue(CollectionOfOne(BlockOperation(block: block)))
+        enqueueOne(BlockOperation(block: block))
     }
 
     /// Adds several operations in one step and, if `wait` is true, blocks
@@ -261,11 +273,13 @@ open class OperationQueue: @unchecked Sendable {
 
     // MARK: Current and main
 
-    /// The queue that is running the current operation, or
-    /// ``OperationQueue/main`` on the main thread, otherwise nil.
+    /// The queue that is running the current operation (including inside
+    /// an `async` operation body), or ``OperationQueue/main`` on the main
+    /// thread, otherwise nil.
     open class var current: OperationQueue? {
-        let context = ThreadContext.current
+        unowned(unsafe) let context = ThreadContext.current
         if let queue = context.queue { return queue }
+        if let queue = OperationTaskContext.current?.queue { return queue }
         return context.isMainThread ? OperationQueue.main : nil
     }
 

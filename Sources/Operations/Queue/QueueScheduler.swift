@@ -31,19 +31,26 @@ enum QueueLinkFlags {
 /// - `executing` counts started, non-bypass operations not yet retired.
 struct QueueScheduler {
     struct Lane {
-        unowned(unsafe) var head: Operation?
-        unowned(unsafe) var tail: Operation?
+        var head: Unmanaged<Operation>?
+        var tail: Unmanaged<Operation>?
         var count = 0
     }
 
     static let cancelledLane = 0
     static let laneCount = 6
 
-    private(set) var head: Operation?
-    private(set) unowned(unsafe) var tail: Operation?
+    /// The add-order list. Each linked operation carries one retain owned by
+    /// the list (taken in `link`, handed back by `retire`).
+    private(set) var head: Unmanaged<Operation>?
+    private(set) var tail: Unmanaged<Operation>?
     /// Unfinished operations (`operationCount`).
     private(set) var count = 0
-    private(set) var lanes = [Lane](repeating: Lane(), count: QueueScheduler.laneCount)
+    /// The six lanes, in one allocation owned by the scheduler and freed by
+    /// `releaseStorage()` (from `OperationQueue.deinit`). A fixed table
+    /// indexed without array bounds or uniqueness checks.
+    private let lanes: UnsafeMutablePointer<Lane>
+    /// Bit `i` is set while lane `i` is not empty.
+    private(set) var nonEmptyLanes: UInt8 = 0
     /// Operations in lanes.
     private(set) var readyCount = 0
     /// Started operations holding a width slot.
@@ -67,8 +74,8 @@ struct QueueScheduler {
     /// The barrier that operations added now must wait for, if unfinished.
     var lastBarrier: Operation?
 
-    /// Threads waiting for the queue to drain (`waitUntilAllOperationsAreFinished`).
-    var drainWaiters: [WaitSignal] = []
+    /// Called once when the queue next becomes empty (blocking and `async` waits).
+    var drainCallbacks: [@Sendable () -> Void] = []
     /// Threads waiting for any change (main-thread waits that run operations inline).
     var changeWaiters: [WaitSignal] = []
     /// Bound on unfinished operations (backpressure), or nil.
@@ -80,16 +87,35 @@ struct QueueScheduler {
 
     static func lane(forPriorityIndex index: Int) -> Int { 5 - min(4, max(0, index)) }
 
+    init() {
+        lanes = .allocate(capacity: Self.laneCount)
+        lanes.initialize(repeating: Lane(), count: Self.laneCount)
+    }
+
+    /// Frees the lane table. Call once, when the queue is deallocated.
+    func releaseStorage() {
+        lanes.deinitialize(count: Self.laneCount)
+        lanes.deallocate()
+    }
+
+    /// The number of operations in lane `index`.
+    func count(ofLane index: Int) -> Int { lanes[index].count }
+
     // MARK: Add-order list
 
-    /// Appends to the add-order list; the list takes a strong reference.
+    /// Appends to the add-order list, which takes a retain of the operation.
     mutating func link(_ operation: Operation) {
         precondition(operation.queueFlags & QueueLinkFlags.linked == 0, "linked twice: \(operation)")
+        let node = Unmanaged.passRetained(operation)
         operation.queueFlags = QueueLinkFlags.linked
         operation.queueNext = nil
         operation.queuePrevious = tail
-        if let tail { tail.queueNext = operation } else { head = operation }
-        tail = operation
+        if let tail {
+            tail._withUnsafeGuaranteedRef { $0.queueNext = node }
+        } else {
+            head = node
+        }
+        tail = node
         count += 1
         if count == 1 && progressCompleted == progressTotal {
             progressTotal = 0
@@ -98,8 +124,8 @@ struct QueueScheduler {
         progressTotal += 1
     }
 
-    /// Removes a finished operation and releases its slot. Returns the
-    /// operation's list reference, which the caller must release after
+    /// Removes a finished operation and releases its slot. Returns the list's
+    /// retain of the operation, which the caller must release after
     /// unlocking (releasing may run a subclass's `deinit`).
     mutating func retire(_ operation: Operation) -> Operation? {
         guard operation.queueFlags & QueueLinkFlags.linked != 0 else { return nil }
@@ -109,14 +135,14 @@ struct QueueScheduler {
         operation.queueFlags = 0
         let next = operation.queueNext
         let previous = operation.queuePrevious
-        if let next { next.queuePrevious = previous } else { tail = previous }
-        // Unlinking moves the list's strong reference to the caller.
-        let owned: Operation?
-        if let previous {
-            owned = previous.queueNext
-            previous.queueNext = next
+        if let next {
+            next._withUnsafeGuaranteedRef { $0.queuePrevious = previous }
         } else {
-            owned = head
+            tail = previous
+        }
+        if let previous {
+            previous._withUnsafeGuaranteedRef { $0.queueNext = next }
+        } else {
             head = next
         }
         operation.queueNext = nil
@@ -124,7 +150,7 @@ struct QueueScheduler {
         count -= 1
         progressCompleted += 1
         if lastBarrier === operation { lastBarrier = nil }
-        return owned
+        return Unmanaged.passUnretained(operation).takeRetainedValue()
     }
 
     var operations: [Operation] {
@@ -132,8 +158,8 @@ struct QueueScheduler {
         result.reserveCapacity(count)
         var node = head
         while let current = node {
-            result.append(current)
-            node = current.queueNext
+            result.append(current.takeUnretainedValue())
+            node = current._withUnsafeGuaranteedRef { $0.queueNext }
         }
         return result
     }
@@ -148,12 +174,18 @@ struct QueueScheduler {
     }
 
     mutating func pushReady(_ operation: Operation, lane: Int) {
+        let node = Unmanaged.passUnretained(operation)
         operation.laneIndex = Int8(lane)
         operation.laneNext = nil
         operation.lanePrevious = lanes[lane].tail
-        if let tail = lanes[lane].tail { tail.laneNext = operation } else { lanes[lane].head = operation }
-        lanes[lane].tail = operation
+        if let tail = lanes[lane].tail {
+            tail._withUnsafeGuaranteedRef { $0.laneNext = node }
+        } else {
+            lanes[lane].head = node
+        }
+        lanes[lane].tail = node
         lanes[lane].count += 1
+        nonEmptyLanes |= 1 << UInt8(lane)
         readyCount += 1
     }
 
@@ -162,12 +194,21 @@ struct QueueScheduler {
         guard lane >= 0 else { return }
         let next = operation.laneNext
         let previous = operation.lanePrevious
-        if let next { next.lanePrevious = previous } else { lanes[lane].tail = previous }
-        if let previous { previous.laneNext = next } else { lanes[lane].head = next }
+        if let next {
+            next._withUnsafeGuaranteedRef { $0.lanePrevious = previous }
+        } else {
+            lanes[lane].tail = previous
+        }
+        if let previous {
+            previous._withUnsafeGuaranteedRef { $0.laneNext = next }
+        } else {
+            lanes[lane].head = next
+        }
         operation.laneNext = nil
         operation.lanePrevious = nil
         operation.laneIndex = -1
         lanes[lane].count -= 1
+        if lanes[lane].count == 0 { nonEmptyLanes &= ~(1 << UInt8(lane)) }
         readyCount -= 1
     }
 
@@ -177,22 +218,24 @@ struct QueueScheduler {
     /// An operation found no longer ready (a dependency was added after it
     /// was queued) leaves its lane and is skipped until it is ready again.
     mutating func popNext() -> Operation? {
-        guard !isSuspended else { return nil }
-        while let operation = lanes[Self.cancelledLane].head {
+        guard !isSuspended, nonEmptyLanes != 0 else { return nil }
+        if nonEmptyLanes & 1 != 0, let node = lanes[Self.cancelledLane].head {
+            let operation = node.takeUnretainedValue()
             removeFromLane(operation)
             operation.queueFlags |= QueueLinkFlags.started | QueueLinkFlags.bypass
             return operation
         }
         guard executing < effectiveWidth else { return nil }
-        for lane in 1..<Self.laneCount {
-            while let operation = lanes[lane].head {
-                removeFromLane(operation)
-                guard operation.loadState().isReady
-                    || operation.queueFlags & QueueLinkFlags.admittedByOverride != 0 else { continue }
-                operation.queueFlags |= QueueLinkFlags.started
-                executing += 1
-                return operation
-            }
+        while nonEmptyLanes != 0 {
+            let lane = nonEmptyLanes.trailingZeroBitCount
+            guard let node = lanes[lane].head else { break }
+            let operation = node.takeUnretainedValue()
+            removeFromLane(operation)
+            guard operation.loadState().isReady
+                || operation.queueFlags & QueueLinkFlags.admittedByOverride != 0 else { continue }
+            operation.queueFlags |= QueueLinkFlags.started
+            executing += 1
+            return operation
         }
         return nil
     }
@@ -208,6 +251,7 @@ struct QueueScheduler {
     /// Requests one more drain loop if admissible work exceeds the idle ones.
     /// Returns the number of drain loops to start (0 or 1).
     mutating func drainersNeeded() -> Int {
+        guard readyCount > drainers - busyDrainers else { return 0 }
         let admissible = admissibleCount
         guard admissible > 0 else { return 0 }
         let idle = drainers - busyDrainers
@@ -234,9 +278,12 @@ struct QueueScheduler {
     /// empty, change waiters, and producers for whom there is now room.
     mutating func takeWakeups() -> Wakeups {
         var wakeups = Wakeups()
-        if count == 0, !drainWaiters.isEmpty {
-            wakeups.signals = drainWaiters
-            drainWaiters = []
+        wakeups.drained = count == 0
+        // The common case: nobody waits.
+        if drainCallbacks.isEmpty, changeWaiters.isEmpty, roomWaiters.isEmpty { return wakeups }
+        if count == 0, !drainCallbacks.isEmpty {
+            wakeups.resumptions = drainCallbacks
+            drainCallbacks = []
         }
         if !changeWaiters.isEmpty {
             wakeups.signals += changeWaiters
@@ -258,27 +305,31 @@ struct QueueScheduler {
     func checkInvariants() -> String? {
         var listed = 0
         var node = head
-        unowned(unsafe) var previous: Operation? = nil
+        var previous: Unmanaged<Operation>? = nil
         while let current = node {
-            if current.queuePrevious !== previous { return "broken back link at \(current)" }
-            if current.queueFlags & QueueLinkFlags.linked == 0 { return "unflagged \(current)" }
+            let operation = current.takeUnretainedValue()
+            if operation.queuePrevious?.toOpaque() != previous?.toOpaque() { return "broken back link at \(operation)" }
+            if operation.queueFlags & QueueLinkFlags.linked == 0 { return "unflagged \(operation)" }
             listed += 1
             previous = current
-            node = current.queueNext
+            node = operation.queueNext
         }
         if listed != count { return "count \(count) but \(listed) listed" }
-        if tail !== previous { return "tail mismatch" }
+        if tail?.toOpaque() != previous?.toOpaque() { return "tail mismatch" }
         var total = 0
-        for (index, lane) in lanes.enumerated() {
+        for index in 0..<Self.laneCount {
+            let lane = lanes[index]
             var length = 0
             var item = lane.head
             while let current = item {
-                if current.laneIndex != Int8(index) { return "lane index mismatch in lane \(index)" }
-                if current.queueFlags & QueueLinkFlags.started != 0 { return "started operation in lane \(index)" }
+                let operation = current.takeUnretainedValue()
+                if operation.laneIndex != Int8(index) { return "lane index mismatch in lane \(index)" }
+                if operation.queueFlags & QueueLinkFlags.started != 0 { return "started operation in lane \(index)" }
                 length += 1
-                item = current.laneNext
+                item = operation.laneNext
             }
             if length != lane.count { return "lane \(index) count \(lane.count) but \(length) linked" }
+            if (nonEmptyLanes & (1 << UInt8(index)) != 0) != (length > 0) { return "bitmap wrong for lane \(index)" }
             total += length
         }
         if total != readyCount { return "readyCount \(readyCount) but \(total) in lanes" }
@@ -291,6 +342,8 @@ struct QueueScheduler {
 struct Wakeups {
     var signals: [WaitSignal] = []
     var resumptions: [@Sendable () -> Void] = []
+    /// The queue became empty.
+    var drained = false
 
     func fire() {
         for signal in signals { signal.signal() }

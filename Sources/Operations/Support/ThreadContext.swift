@@ -15,25 +15,58 @@ import Darwin
 ///
 /// The object references are `unowned(unsafe)`: each is set by a frame that
 /// holds a strong reference for as long as the field is set, and restored
-/// before that frame returns.
+/// before that frame returns. Callers hold the context itself as
+/// `unowned(unsafe)` too: it lives as long as its thread, and skipping the
+/// reference counting matters on the per-operation path.
 final class ThreadContext {
+    // Only the owning thread touches these fields, so dynamic exclusivity
+    // checks are off. They are `Unmanaged`: comparing identities and saving
+    // and restoring them are then plain pointer operations, with no
+    // reference counting on the per-operation path.
+
     /// The queue whose operation (or completion block) this thread is running.
-    unowned(unsafe) var queue: OperationQueue?
+    @exclusivity(unchecked) var queueReference: Unmanaged<OperationQueue>?
     /// The innermost operation whose `start()` is running on this thread.
-    unowned(unsafe) var operation: Operation?
+    @exclusivity(unchecked) var operationReference: Unmanaged<Operation>?
     /// Set by a queue around its call to `operation.start()`, so that the
     /// base `start()` can tell the queue's call from a user's.
-    unowned(unsafe) var queueStarting: Operation?
+    @exclusivity(unchecked) var queueStartingReference: Unmanaged<Operation>?
     /// The operation whose completion block this thread is running.
-    unowned(unsafe) var completing: Operation?
+    @exclusivity(unchecked) var completingReference: Unmanaged<Operation>?
     /// The operation a queue's drain loop is starting on this thread; when it
     /// finishes synchronously the loop retires it under the same lock
     /// acquisition it uses to pick the next operation.
-    unowned(unsafe) var drainOperation: Operation?
+    @exclusivity(unchecked) var drainOperationReference: Unmanaged<Operation>?
     /// Set by the finishing path when `drainOperation` finished on this thread.
-    var drainOperationRetirePending = false
+    @exclusivity(unchecked) var drainOperationRetirePending = false
     /// The pool worker this thread is, if any.
-    unowned(unsafe) var worker: Worker?
+    @exclusivity(unchecked) var workerReference: Unmanaged<Worker>?
+
+    var queue: OperationQueue? {
+        get { queueReference?.takeUnretainedValue() }
+        set { queueReference = newValue.map { Unmanaged.passUnretained($0) } }
+    }
+
+    var operation: Operation? {
+        get { operationReference?.takeUnretainedValue() }
+        set { operationReference = newValue.map { Unmanaged.passUnretained($0) } }
+    }
+
+    var completing: Operation? {
+        get { completingReference?.takeUnretainedValue() }
+        set { completingReference = newValue.map { Unmanaged.passUnretained($0) } }
+    }
+
+    var worker: Worker? {
+        get { workerReference?.takeUnretainedValue() }
+        set { workerReference = newValue.map { Unmanaged.passUnretained($0) } }
+    }
+
+    /// Whether `reference` refers to `object`, without reference counting.
+    @inline(__always)
+    static func refers<T: AnyObject>(_ reference: Unmanaged<T>?, to object: T) -> Bool {
+        reference?.toOpaque() == Unmanaged.passUnretained(object).toOpaque()
+    }
 
     private var cachedThreadID: Int32 = -1
 

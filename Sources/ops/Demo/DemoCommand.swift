@@ -1,6 +1,121 @@
 import ArgumentParser
 
+/// One example from the specification documents, reproduced with this
+/// library, narrated line by line and checked.
+struct DemoCase: Sendable {
+    /// The name given on the command line.
+    let name: String
+    /// One line for `ops demo --list`.
+    let summary: String
+    /// The document (file in the specification) and section reproduced,
+    /// for the header.
+    let source: String
+    /// Runs the example, recording what happens and checking it in `log`.
+    let run: @Sendable (DemoLog) -> Void
+}
+
+/// Every demo, in the order `ops demo` runs them.
+enum DemoCatalog {
+    static let all: [DemoCase] = [
+        AsyncFanInDemo.demo,
+        StateSequencesDemo.demo,
+        SerialQueueDemo.demo,
+        TicketSaleDemo.demo,
+        SuspendedQueueDemo.demo,
+        ConcurrentOperationDemo.demo,
+        CancellationDemo.demo,
+        InvocationDemo.demo,
+        ManualStartDemo.demo,
+    ]
+
+    static func named(_ name: String) -> DemoCase? {
+        all.first { $0.name == name }
+    }
+}
+
+/// `ops demo`: runs the documents' examples and checks their outcomes.
+///
+/// Each demo prints what happens in order — operations, the threads they run
+/// on, their state changes as `op isExecuting NO→YES` — then checks the
+/// outcome. The command exits with status 1 if any check failed, and 3 if a
+/// demo hangs (a watchdog ends it).
 struct Demo: AsyncParsableCommand {
-    static let configuration = CommandConfiguration(abstract: "Run the documents' examples and check their outcomes.")
-    func run() async throws { print("demo: not yet implemented") }
+    static let configuration = CommandConfiguration(
+        abstract: "Run the documents' examples and check their outcomes.",
+        discussion: "Without a name, runs every demo in order. `ops demo --list` shows the names."
+    )
+
+    @Flag(name: .long, help: "List the demos with a one-line description.")
+    var list = false
+
+    @Argument(help: "The demo to run (default: all, in order).")
+    var name: String?
+
+    /// How long one demo may take before the watchdog declares a hang.
+    static let watchdogSeconds = 60
+
+    func validate() throws {
+        if let name, DemoCatalog.named(name) == nil {
+            let names = DemoCatalog.all.map(\.name).joined(separator: ", ")
+            throw ValidationError("No demo named '\(name)'. The demos are: \(names).")
+        }
+    }
+
+    func run() async throws {
+        let list = self.list
+        let name = self.name
+        // The demos block while they wait, so they run on a thread of their
+        // own, named `caller` in the output, not on a Swift task thread.
+        let status = await withCheckedContinuation { (done: CheckedContinuation<Int32, Never>) in
+            DemoThread.detach(name: "caller") {
+                done.resume(returning: Self.runDemos(list: list, name: name))
+            }
+        }
+        if status != 0 { throw ExitCode(status) }
+    }
+
+    /// Lists or runs the demos; returns the exit status.
+    private static func runDemos(list: Bool, name: String?) -> Int32 {
+        if list {
+            let width = DemoCatalog.all.map(\.name.count).max() ?? 0
+            for demo in DemoCatalog.all {
+                Console.line(demo.name + String(repeating: " ", count: width - demo.name.count + 2) + demo.summary)
+            }
+            return 0
+        }
+        let selected = name.flatMap(DemoCatalog.named).map { [$0] } ?? DemoCatalog.all
+        var failed: [(name: String, failures: [String])] = []
+        var checks = 0
+        for demo in selected {
+            let log = DemoLog()
+            printHeader(demo)
+            let watchdog = Watchdog(demo: demo.name, seconds: watchdogSeconds)
+            demo.run(log)
+            watchdog.disarm()
+            let failures = log.failures
+            checks += log.checkCount
+            if failures.isEmpty {
+                Console.line("\n  \(demo.name): passed (\(log.checkCount) checks)\n")
+            } else {
+                Console.line("\n  \(demo.name): FAILED (\(failures.count) of \(log.checkCount) checks)\n")
+                failed.append((demo.name, failures))
+            }
+        }
+        if failed.isEmpty {
+            Console.line("All \(selected.count) demo\(selected.count == 1 ? "" : "s") passed (\(checks) checks).")
+            return 0
+        }
+        var report = "\(failed.count) of \(selected.count) demo\(selected.count == 1 ? "" : "s") failed:\n"
+        for (name, failures) in failed {
+            for failure in failures { report += "  \(name): \(failure)\n" }
+        }
+        Console.error(report)
+        return 1
+    }
+
+    private static func printHeader(_ demo: DemoCase) {
+        let title = "== \(demo.name) "
+        Console.line(title + String(repeating: "=", count: max(4, 78 - title.count)))
+        Console.line("   Reproduces " + demo.source)
+    }
 }

@@ -1,0 +1,119 @@
+extension QualityOfService {
+    /// The Swift concurrency priority for this quality of service:
+    /// `.userInteractive` and `.userInitiated` → high, `.default` → medium,
+    /// `.utility` → utility (low), `.background` → background.
+    public var taskPriority: TaskPriority {
+        switch self {
+        case .userInteractive: return TaskPriority(rawValue: UInt8(QualityOfService.userInteractive.rawValue))
+        case .userInitiated: return .userInitiated
+        case .default: return .medium
+        case .utility: return .utility
+        case .background: return .background
+        }
+    }
+
+    /// The quality of service for a Swift concurrency priority (the
+    /// inverse of ``taskPriority``; values in between round down).
+    public init(_ priority: TaskPriority) {
+        switch priority.rawValue {
+        case 33...: self = .userInteractive
+        case 25..<33: self = .userInitiated
+        case 21..<25: self = .default
+        case 17..<21: self = .utility
+        default: self = .background
+        }
+    }
+}
+
+extension Operation {
+    /// Suspends until the operation has finished and its completion block
+    /// has run: the `async` counterpart of ``waitUntilFinished()``.
+    ///
+    /// Cancelling the awaiting task cancels the operation; this still waits
+    /// until the operation finishes (a cancelled operation that has not
+    /// started finishes promptly; a running one when it notices).
+    /// Awaiting an operation from inside its own `async` body is a misuse
+    /// (``OperationMisuse/Code/waitDeadlock``) and returns at once.
+    public func finished() async {
+        if loadState().isRetired { return }
+        if let current = OperationTaskContext.current?.operation,
+           current === self || dependsTransitively(on: current) {
+            OperationMisuse.report(
+                .waitDeadlock,
+                subject: misuseSubject,
+                "is awaited from inside the async body of \(current.misuseSubject), but can only finish after that body returns."
+            )
+            return
+        }
+        let gate = ResumeOnce()
+        await withTaskCancellationHandler {
+            await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
+                gate.install(continuation)
+                onRetire { gate.resume() }
+            }
+        } onCancel: {
+            self.cancel()
+        }
+    }
+
+    /// One change of a lifecycle property, as observed.
+    public struct StateChange: Sendable, Hashable, CustomStringConvertible {
+        /// The lifecycle properties.
+        public enum Key: String, Sendable, Hashable, CaseIterable {
+            case isReady, isCancelled, isExecuting, isFinished
+        }
+
+        /// Which property changed.
+        public let key: Key
+        /// Its value before the change.
+        public let oldValue: Bool
+        /// Its value after the change.
+        public let newValue: Bool
+
+        public var description: String {
+            "\(key.rawValue) \(oldValue ? "YES" : "NO")→\(newValue ? "YES" : "NO")"
+        }
+    }
+
+    /// The operation's lifecycle changes (`isReady`, `isCancelled`,
+    /// `isExecuting`, `isFinished`) as an asynchronous sequence, in the order
+    /// they happen. The sequence ends after `isFinished` becomes true; for an
+    /// operation that has already finished it ends at once.
+    ///
+    /// Each access starts a new subscription. Changes are buffered until
+    /// consumed.
+    public var stateChanges: AsyncStream<StateChange> {
+        let (stream, continuation) = AsyncStream<StateChange>.makeStream()
+        if loadState().isFinished {
+            continuation.finish()
+            return stream
+        }
+        var tokens: [Observation] = []
+        for key in StateChange.Key.allCases {
+            let entry = ObserverEntry<Operation, Bool>(
+                key: key.rawValue,
+                options: [.old, .new],
+                read: { $0.valueForObservedKey(key.rawValue) as? Bool ?? false },
+                handler: { _, change in
+                    let change = StateChange(key: key, oldValue: change.oldValue ?? false, newValue: change.newValue ?? false)
+                    continuation.yield(change)
+                    if key == .isFinished, change.newValue { continuation.finish() }
+                }
+            )
+            let registry = registerObserver(entry)
+            tokens.append(Observation(registry: registry, entry: entry))
+        }
+        let held = ObservationBag(tokens)
+        continuation.onTermination = { _ in held.invalidate() }
+        // Finished between the check above and the registration.
+        if loadState().isFinished { continuation.finish() }
+        return stream
+    }
+}
+
+/// Observations kept alive by a stream until it terminates.
+final class ObservationBag: Sendable {
+    private let tokens: [Observation]
+    init(_ tokens: [Observation]) { self.tokens = tokens }
+    func invalidate() { for token in tokens { token.invalidate() } }
+}

@@ -1,0 +1,233 @@
+import Dispatch
+import Synchronization
+import Testing
+@testable import Operations
+
+@Suite("async bodies and awaiting")
+struct AsyncBodyTests {
+    @Test("an async body keeps the operation executing until it returns")
+    func asyncBodyStaysExecuting() async throws {
+        let entered = AsyncGate()
+        let release = AsyncGate()
+        let operation = ResultOperation { () async -> Int in
+            entered.open()
+            await release.opened()
+            return 7
+        }
+        #expect(operation.isAsynchronous)
+        let queue = OperationQueue()
+        await queue.addOperation(operation)
+        try await withTimeLimit { await entered.opened() }
+        #expect(operation.isExecuting)
+        #expect(!operation.isFinished)
+        #expect(queue.operationCount == 1)
+        release.open()
+        let value = try await withTimeLimit { try await operation.value }
+        #expect(value == 7)
+        #expect(operation.isFinished)
+        #expect(!operation.isExecuting)
+    }
+
+    @Test("cancel() cancels the body's task, which sees Task.isCancelled")
+    func cancelReachesTheTask() async throws {
+        let entered = AsyncGate()
+        let cancelled = AsyncGate()
+        let sawCancellation = Mutex(false)
+        let operation = ResultOperation { () async throws -> Int in
+            entered.open()
+            await withTaskCancellationHandler {
+                await cancelled.opened()
+            } onCancel: {
+                cancelled.open()
+            }
+            sawCancellation.withLock { $0 = Task.isCancelled }
+            throw CancellationError()
+        }
+        await OperationQueue().addOperation(operation)
+        try await withTimeLimit { await entered.opened() }
+        operation.cancel()
+        let result = try await withTimeLimit { () -> Result<Int, any Error>? in
+            await operation.finished()
+            return operation.result
+        }
+        #expect(sawCancellation.withLock { $0 })
+        #expect(operation.isCancelled)
+        guard case .failure(let error)? = result else {
+            Issue.record("expected a failure, got \(String(describing: result))")
+            return
+        }
+        #expect(error is CancellationError)
+        #expect(operation.failure is CancellationError)
+    }
+
+    @Test("cancelled before start: no body, value throws CancellationError")
+    func cancelledBeforeStart() async throws {
+        let ran = Mutex(false)
+        let operation = ResultOperation { () async -> Int in
+            ran.withLock { $0 = true }
+            return 1
+        }
+        operation.cancel()
+        let queue = OperationQueue()
+        await queue.addOperation(operation)
+        await #expect(throws: CancellationError.self) {
+            try await withTimeLimit { try await operation.value }
+        }
+        #expect(!ran.withLock { $0 })
+        #expect(operation.result == nil)
+    }
+
+    @Test("await finished() on a plain operation, and on one already finished")
+    func awaitFinished() async throws {
+        let operation = BlockOperation {}
+        let queue = OperationQueue()
+        await queue.addOperation(operation)
+        try await withTimeLimit { await operation.finished() }
+        #expect(operation.isFinished)
+        try await withTimeLimit { await operation.finished() }
+    }
+
+    @Test("cancelling the awaiting task cancels the operation")
+    func awaitingTaskCancellationCancelsOperation() async throws {
+        let queue = OperationQueue()
+        queue.isSuspended = true
+        let operation = BlockOperation {}
+        await queue.addOperation(operation)
+        let cancelled = AsyncGate()
+        let token = operation.observe(\.isCancelled) { op, _ in if op.isCancelled { cancelled.open() } }
+        let waiter = Task { await operation.finished() }
+        waiter.cancel()
+        // The awaiting task's cancellation cancels the operation; the queue
+        // retires it once resumed.
+        try await withTimeLimit { await cancelled.opened() }
+        token.invalidate()
+        queue.isSuspended = false
+        try await withTimeLimit { await waiter.value }
+        #expect(operation.isCancelled)
+        #expect(operation.isFinished)
+    }
+
+    @Test("await queue.drained() covers operations added while waiting and async bodies")
+    func drained() async throws {
+        let queue = OperationQueue()
+        let release = AsyncGate()
+        let counter = Atomic<Int>(0)
+        await queue.addOperation(ResultOperation { () async -> Void in
+            await release.opened()
+            counter.add(1, ordering: .relaxed)
+        })
+        let waiter = Task { await queue.drained() }
+        await queue.addOperation { counter.add(1, ordering: .relaxed) }
+        release.open()
+        try await withTimeLimit { await waiter.value }
+        #expect(counter.load(ordering: .relaxed) == 2)
+        #expect(queue.operationCount == 0)
+        try await withTimeLimit { await OperationQueue().drained() }
+    }
+
+    @Test("queue.run returns the body's value and throws its error")
+    func runReturnsValue() async throws {
+        let queue = OperationQueue()
+        let value = try await withTimeLimit { try await queue.run { () async in 40 + 2 } }
+        #expect(value == 42)
+        let sync = try await withTimeLimit { try await queue.run { "sync" } }
+        #expect(sync == "sync")
+        struct Boom: Error {}
+        await #expect(throws: Boom.self) {
+            try await withTimeLimit { try await queue.run { () async throws -> Int in throw Boom() } }
+        }
+    }
+
+    @Test("queue.run respects the width of a serial queue")
+    func runRespectsWidth() async throws {
+        let queue = OperationQueue()
+        queue.maxConcurrentOperationCount = 1
+        let meter = ConcurrencyMeter()
+        try await withTimeLimit {
+            try await withThrowingTaskGroup(of: Void.self) { group in
+                for _ in 0..<8 {
+                    group.addTask {
+                        try await queue.run { () async in
+                            meter.enter()
+                            try? await Task.sleep(for: .milliseconds(2))
+                            meter.leave()
+                        }
+                    }
+                }
+                try await group.waitForAll()
+            }
+        }
+        #expect(meter.peak == 1)
+    }
+
+    @Test("queue.run waits while the queue is suspended, and goes by priority")
+    func runRespectsSuspensionAndPriority() async throws {
+        let queue = OperationQueue()
+        queue.maxConcurrentOperationCount = 1
+        queue.isSuspended = true
+        let log = EventLog()
+        let bothQueued = AsyncGate()
+        let token = queue.observe(\.operationCount) { queue, _ in
+            if queue.operationCount == 2 { bothQueued.open() }
+        }
+        let low = Task { try await queue.run(priority: .low) { log.append("low") } }
+        let high = Task { try await queue.run(priority: .veryHigh) { log.append("high") } }
+        // Both must be queued (not started) before resuming.
+        try await withTimeLimit { await bothQueued.opened() }
+        token.invalidate()
+        #expect(log.all.isEmpty)
+        queue.isSuspended = false
+        try await withTimeLimit { _ = try await (low.value, high.value) }
+        #expect(log.all == ["high", "low"])
+    }
+
+    @Test("cancelling a task awaiting queue.run cancels the operation")
+    func runCancellation() async throws {
+        let queue = OperationQueue()
+        let entered = AsyncGate()
+        let task = Task {
+            try await queue.run { () async throws -> Int in
+                entered.open()
+                try await Task.sleep(for: .seconds(60))
+                return 0
+            }
+        }
+        try await withTimeLimit { await entered.opened() }
+        task.cancel()
+        await #expect(throws: CancellationError.self) {
+            try await withTimeLimit { try await task.value }
+        }
+        #expect(queue.waitUntilAllOperationsAreFinished(timeout: .seconds(10)))
+    }
+
+    @Test("OperationQueue.current inside an async body is the queue")
+    func currentQueueInAsyncBody() async throws {
+        let queue = OperationQueue()
+        let seen = try await withTimeLimit {
+            try await queue.run { () async in OperationQueue.current === queue }
+        }
+        #expect(seen)
+    }
+
+    @Test("quality of service and task priority map to each other")
+    func qualityOfServiceMapping() {
+        #expect(QualityOfService.userInitiated.taskPriority == .userInitiated)
+        #expect(QualityOfService.default.taskPriority == .medium)
+        #expect(QualityOfService.utility.taskPriority == .utility)
+        #expect(QualityOfService.background.taskPriority == .background)
+        for qos in QualityOfService.allCases {
+            #expect(QualityOfService(qos.taskPriority) == qos)
+        }
+        #expect(QualityOfService(.high) == .userInitiated)
+        #expect(QualityOfService(.low) == .utility)
+    }
+
+    @Test("an async body's task runs at the priority of its quality of service")
+    func asyncBodyPriority() async throws {
+        let queue = OperationQueue()
+        let priority = try await withTimeLimit {
+            try await queue.run(qualityOfService: .utility) { () async in Task.currentPriority }
+        }
+        #expect(priority == .utility)
+    }
+}

@@ -1,0 +1,198 @@
+import Dispatch
+import Synchronization
+import Testing
+@testable import Operations
+
+@Suite("backpressure")
+struct BackpressureTests {
+    @Test("a flood never exceeds the pending limit (async producer)")
+    func floodAsync() async throws {
+        let queue = OperationQueue()
+        queue.maxConcurrentOperationCount = 2
+        queue.setPendingLimit(16)
+        let peak = Atomic<Int>(0)
+        let done = Atomic<Int>(0)
+        let total = 2_000
+        try await withTimeLimit(30) {
+            for _ in 0..<total {
+                await queue.addOperation {
+                    let count = queue.operationCount
+                    _ = peak.max(count, ordering: .relaxed)
+                    done.add(1, ordering: .relaxed)
+                }
+                _ = peak.max(queue.operationCount, ordering: .relaxed)
+            }
+            await queue.drained()
+        }
+        #expect(done.load(ordering: .relaxed) == total)
+        #expect(peak.load(ordering: .relaxed) <= 16)
+        #expect(peak.load(ordering: .relaxed) > 1)
+    }
+
+    @Test("a flood never exceeds the pending limit (blocking producers)")
+    func floodBlocking() {
+        let queue = OperationQueue()
+        queue.setPendingLimit(8, policy: .block)
+        let peak = Atomic<Int>(0)
+        let done = Atomic<Int>(0)
+        let producers = DispatchGroup()
+        for _ in 0..<3 {
+            DispatchQueue.global().async(group: producers) {
+                for _ in 0..<500 {
+                    queue.addOperation { done.add(1, ordering: .relaxed) }
+                    _ = peak.max(queue.operationCount, ordering: .relaxed)
+                }
+            }
+        }
+        #expect(producers.wait(timeout: .now() + 30) == .success)
+        #expect(queue.waitUntilAllOperationsAreFinished(timeout: .seconds(10)))
+        #expect(done.load(ordering: .relaxed) == 1_500)
+        #expect(peak.load(ordering: .relaxed) <= 8)
+    }
+
+    @Test("tryAddOperation reports a full queue and leaves the operation usable")
+    func tryAdd() {
+        let queue = OperationQueue()
+        queue.isSuspended = true
+        queue.setPendingLimit(2)
+        #expect(queue.tryAddOperation(BlockOperation {}))
+        #expect(queue.tryAddOperation(BlockOperation {}))
+        let third = BlockOperation {}
+        #expect(!queue.tryAddOperation(third))
+        #expect(!third.isCancelled)
+        #expect(queue.operationCount == 2)
+        let other = OperationQueue()
+        other.addOperation(third)
+        #expect(third.waitUntilFinished(timeout: .seconds(10)))
+        queue.isSuspended = false
+        #expect(queue.waitUntilAllOperationsAreFinished(timeout: .seconds(10)))
+    }
+
+    @Test("the reject policy cancels and finishes what does not fit")
+    func rejectPolicy() {
+        let queue = OperationQueue()
+        queue.isSuspended = true
+        queue.setPendingLimit(1, policy: .reject)
+        queue.addOperation(BlockOperation {})
+        let ran = Mutex(false)
+        let completed = Mutex(false)
+        let rejected = BlockOperation { ran.withLock { $0 = true } }
+        rejected.completionBlock = { completed.withLock { $0 = true } }
+        queue.addOperation(rejected)
+        #expect(rejected.isCancelled)
+        #expect(rejected.isFinished)
+        #expect(completed.withLock { $0 })
+        #expect(queue.operationCount == 1)
+        queue.isSuspended = false
+        #expect(queue.waitUntilAllOperationsAreFinished(timeout: .seconds(10)))
+        #expect(!ran.withLock { $0 })
+    }
+
+    @Test("a limit below 1 is a misuse; nil removes the limit")
+    func invalidLimit() {
+        let queue = OperationQueue()
+        let seen = Mutex<[OperationMisuse.Code]>([])
+        OperationMisuse.withHandler({ misuse in seen.withLock { $0.append(misuse.code) } }) {
+            queue.setPendingLimit(0)
+        }
+        #expect(seen.withLock { $0 } == [.invalidPendingLimit])
+        #expect(queue.pendingLimit == nil)
+        queue.setPendingLimit(3)
+        #expect(queue.pendingLimit == 3)
+        queue.setPendingLimit(nil)
+        #expect(queue.pendingLimit == nil)
+    }
+
+    @Test("cancelling a producer waiting for room cancels its operation")
+    func cancelWaitingProducer() async throws {
+        let queue = OperationQueue()
+        queue.isSuspended = true
+        queue.setPendingLimit(1)
+        await queue.addOperation(BlockOperation {})
+        let waiting = BlockOperation {}
+        let producer = Task { await queue.addOperation(waiting) }
+        producer.cancel()
+        try await withTimeLimit { await producer.value }
+        #expect(waiting.isCancelled)
+        #expect(waiting.isFinished)
+        #expect(queue.operationCount == 1)
+        queue.isSuspended = false
+        try await withTimeLimit { await queue.drained() }
+    }
+}
+
+@Suite("asynchronous sequences")
+struct StreamTests {
+    @Test("an operation's state changes, in order, ending at isFinished")
+    func operationStateChanges() async throws {
+        let operation = BlockOperation {}
+        let changes = operation.stateChanges
+        let queue = OperationQueue()
+        await queue.addOperation(operation)
+        let seen = try await withTimeLimit {
+            var seen: [String] = []
+            for await change in changes { seen.append(change.description) }
+            return seen
+        }
+        #expect(seen == ["isExecuting NO→YES", "isExecuting YES→NO", "isFinished NO→YES"])
+    }
+
+    @Test("cancel then start, as a sequence")
+    func cancelThenStartSequence() async throws {
+        let operation = BlockOperation {}
+        let changes = operation.stateChanges
+        operation.cancel()
+        operation.start()
+        let seen = try await withTimeLimit {
+            var seen: [String] = []
+            for await change in changes { seen.append(change.description) }
+            return seen
+        }
+        #expect(seen == ["isCancelled NO→YES", "isReady YES→YES", "isFinished NO→YES"])
+    }
+
+    @Test("a finished operation's sequence ends at once")
+    func finishedOperationSequence() async throws {
+        let operation = BlockOperation {}
+        operation.start()
+        let count = try await withTimeLimit {
+            var count = 0
+            for await _ in operation.stateChanges { count += 1 }
+            return count
+        }
+        #expect(count == 0)
+    }
+
+    @Test("a queue's events: added, started, finished, drained")
+    func queueEvents() async throws {
+        let queue = OperationQueue()
+        queue.maxConcurrentOperationCount = 1
+        let events = queue.events
+        let first = BlockOperation {}
+        first.name = "first"
+        let second = BlockOperation {}
+        second.name = "second"
+        queue.isSuspended = true
+        await queue.addOperations([first, second])
+        queue.isSuspended = false
+        let seen = try await withTimeLimit {
+            var seen: [String] = []
+            for await event in events {
+                switch event {
+                case .added(let operation): seen.append("added \(operation.name!)")
+                case .started(let operation): seen.append("started \(operation.name!)")
+                case .finished(let operation): seen.append("finished \(operation.name!)")
+                case .suspended(let suspended): seen.append(suspended ? "suspended" : "resumed")
+                case .drained:
+                    seen.append("drained")
+                    return seen
+                }
+            }
+            return seen
+        }
+        #expect(seen == [
+            "suspended", "added first", "added second", "resumed",
+            "started first", "finished first", "started second", "finished second", "drained",
+        ])
+    }
+}

@@ -1,0 +1,31 @@
+import Testing
+@testable import Operations
+
+@Suite("diagnostics")
+struct DiagnosticsTests {
+    @Test("the report says why each operation is not running")
+    func report() {
+        let queue = OperationQueue()
+        queue.name = "stuck"
+        queue.isSuspended = true
+        let blocker = BlockOperation {}
+        blocker.name = "never-started"
+        let waiting = BlockOperation {}
+        waiting.name = "waiting"
+        waiting.addDependency(blocker)
+        let ready = BlockOperation {}
+        ready.name = "ready"
+        queue.addOperations([waiting, ready], waitUntilFinished: false)
+        let report = queue.diagnostics()
+        #expect(report.contains("OperationQueue \"stuck\": 2 unfinished"))
+        #expect(report.contains("SUSPENDED"))
+        #expect(report.contains("\"waiting\""))
+        #expect(report.contains("waits for BlockOperation \"never-started\""))
+        #expect(report.contains("\"ready\""))
+        #expect(report.contains("ready, queue suspended"))
+        blocker.start()
+        queue.isSuspended = false
+        #expect(queue.waitUntilAllOperationsAreFinished(timeout: .seconds(10)))
+        #expect(queue.diagnostics().contains("0 unfinished"))
+    }
+}
