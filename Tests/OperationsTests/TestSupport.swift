@@ -299,48 +299,9 @@ func unrelatedWorkStillRuns(sourceLocation: SourceLocation = #_sourceLocation) {
     #expect(queue.waitUntilAllOperationsAreFinished(timeout: patience), sourceLocation: sourceLocation)
 }
 
-/// Checks the queue's internal bookkeeping: the same invariants as
-/// `QueueScheduler.checkInvariants()`, verified here with index loops,
-/// because iterating `scheduler.lanes` with `for … in` never ends on this
-/// toolchain (see `QueueInternalsTests`), which makes the library's own
-/// `checkInvariants()` hang.
+/// Checks the queue's internal bookkeeping (`QueueScheduler.checkInvariants()`).
 func queueInvariantProblem(_ queue: OperationQueue) -> String? {
-    queue.lock.withLock { () -> String? in
-        let scheduler = queue.scheduler
-        var listed = 0
-        var node = scheduler.head
-        var previous: Operation?
-        while let current = node {
-            if current.queuePrevious !== previous { return "broken back link at \(current)" }
-            if current.queueFlags & QueueLinkFlags.linked == 0 { return "unflagged \(current)" }
-            listed += 1
-            if listed > scheduler.count + 1 { return "add-order list longer than count \(scheduler.count)" }
-            previous = current
-            node = current.queueNext
-        }
-        if listed != scheduler.count { return "count \(scheduler.count) but \(listed) listed" }
-        if scheduler.tail !== previous { return "tail mismatch" }
-        var total = 0
-        for index in 0..<scheduler.lanes.count {
-            let lane = scheduler.lanes[index]
-            var length = 0
-            var item = lane.head
-            while let current = item {
-                if current.laneIndex != Int8(index) { return "lane index mismatch in lane \(index)" }
-                if current.queueFlags & QueueLinkFlags.started != 0 { return "started operation in lane \(index)" }
-                length += 1
-                if length > lane.count + 1 { return "lane \(index) longer than its count \(lane.count)" }
-                item = current.laneNext
-            }
-            if length != lane.count { return "lane \(index) count \(lane.count) but \(length) linked" }
-            total += length
-        }
-        if total != scheduler.readyCount { return "readyCount \(scheduler.readyCount) but \(total) in lanes" }
-        if scheduler.executing < 0 || scheduler.drainers < scheduler.busyDrainers || scheduler.busyDrainers < 0 {
-            return "negative counters"
-        }
-        return nil
-    }
+    queue.lock.withLock { queue.scheduler.checkInvariants() }
 }
 
 func expectQueueInvariants(_ queue: OperationQueue, sourceLocation: SourceLocation = #_sourceLocation) {
