@@ -95,6 +95,30 @@ struct QueueTests {
         #expect(completed.value, "the wait ended before the completion block returned")
     }
 
+    @Test("operationCount drops only after the completion block returned")
+    func operationCountDuringCompletion() {
+        let queue = makeQueue("count-during-completion")
+        let seen = Box(-1)
+        let op = BlockOperation {}
+        op.completionBlock = { seen.value = queue.operationCount }
+        queue.addOperation(op)
+        #expect(queue.waitUntilAllOperationsAreFinished(timeout: patience))
+        #expect(seen.value == 1, "the operation left the queue before its completion block ran")
+        #expect(queue.operationCount == 0)
+    }
+
+    @Test("queued operations run on the shared pool's worker threads (ops.worker.N)")
+    func workerThreadNames() {
+        let names = Recorder<String>()
+        let queue = makeQueue("thread-names")
+        for _ in 0..<4 {
+            queue.addOperation { names.record(currentThreadName()) }
+        }
+        #expect(queue.waitUntilAllOperationsAreFinished(timeout: patience))
+        #expect(names.count == 4)
+        #expect(names.events.allSatisfy { $0.hasPrefix("ops.worker.") }, "\(names.events)")
+    }
+
     @Test("addOperations(waitUntilFinished: true) waits for exactly those operations")
     func addOperationsWaitsForExactlyThose() {
         let queue = makeQueue("add-wait")

@@ -262,6 +262,16 @@ typealias ThreadID = pthread_t
 
 func currentThreadID() -> ThreadID { pthread_self() }
 
+/// The calling thread's name, as the kernel knows it.
+func currentThreadName() -> String {
+    guard let file = fopen("/proc/thread-self/comm", "r") else { return "" }
+    defer { fclose(file) }
+    var buffer = [CChar](repeating: 0, count: 64)
+    guard fgets(&buffer, 64, file) != nil else { return "" }
+    let bytes = buffer.prefix { $0 != 0 && $0 != 10 }.map { UInt8(bitPattern: $0) }
+    return String(decoding: bytes, as: UTF8.self)
+}
+
 /// Collects the misuses reported while `body` runs on this task, refusing
 /// each one (the handler returns).
 @discardableResult
