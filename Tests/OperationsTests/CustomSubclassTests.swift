@@ -180,6 +180,8 @@ struct CustomSubclassTests {
 
     @Test("Listing 2-7: completeOperation announces isExecuting YES→NO, then isFinished NO→YES")
     func listingOperationNotifications() {
+        // Observed by key path on the subclass, which overrides isExecuting
+        // and isFinished, with .prior so that the will/did nesting shows.
         let log = Recorder<String>()
         let release = Gate()
         let op = makeListingOperation("listing", log: log, release: release)
