@@ -100,10 +100,26 @@ extension Operation {
     }
 
     /// Whether `dependency` is already registered. Call with the graph lock held.
+    ///
+    /// - Complexity: O(min(a, b)), where a is this operation's number of
+    ///   dependencies and b the dependency's number of dependents, so that
+    ///   neither fan-in nor fan-out graphs are quadratic to build. While the
+    ///   dependency is unfinished and this operation has not started, each
+    ///   edge is in both lists, so either can answer.
     private func isDuplicateDependency(_ dependency: Operation, hidden: Bool) -> Bool {
-        withStateLock { _ in
-            hidden ? extras?.hiddenDependency === dependency : storedDependencies.contains(dependency)
+        if hidden { return withStateLock { _ in extras?.hiddenDependency === dependency } }
+        let (ownCount, pending) = withStateLock { state in
+            (storedDependencies.count, state.phase == .pending && !state.hasStarted)
         }
+        if ownCount == 0 { return false }
+        if pending {
+            let answer = dependency.withStateLock { state -> Bool? in
+                guard state.phase != .finished, dependency.storedDependents.count <= ownCount else { return nil }
+                return dependency.storedDependents.contains(self)
+            }
+            if let answer { return answer }
+        }
+        return withStateLock { _ in storedDependencies.contains(dependency) }
     }
 
     /// Unfinished operations this one waits for (listed and hidden).
@@ -116,9 +132,39 @@ extension Operation {
         return result.filter { !$0.loadState().isFinished }
     }
 
+    /// Whether some unfinished operation (listed or hidden) is still a
+    /// dependency. Allocation-free.
+    final var hasUnfinishedDependencies: Bool {
+        withStateLock { _ in
+            var found = false
+            storedDependencies.forEach { if !found, !$0.loadState().isFinished { found = true } }
+            if !found, let hidden = extras?.hiddenDependency, !hidden.loadState().isFinished { found = true }
+            return found
+        }
+    }
+
+    /// Whether some live, unfinished operation waits for this one.
+    /// Allocation-free.
+    final var hasUnfinishedDependents: Bool {
+        withStateLock { _ in
+            var found = false
+            // Reading the state word is safe under this lock (see `DependentList`).
+            storedDependents.forEach { entry in
+                if !found, entry._withUnsafeGuaranteedRef({ !$0.loadState().isFinished }) { found = true }
+            }
+            return found
+        }
+    }
+
     /// Unfinished operations waiting for this one.
     final func unfinishedDependents() -> [Operation] {
-        withStateLock { _ in storedDependents.operations }.filter { !$0.loadState().isFinished }
+        var result: [Operation] = []
+        withStateLock { _ in
+            storedDependents.forEach { entry in
+                if let dependent = Operation.retainIfAlive(entry) { result.append(dependent) }
+            }
+        }
+        return result.filter { !$0.loadState().isFinished }
     }
 }
 
@@ -162,12 +208,10 @@ enum DependencyGraph {
     /// no cycle. Call with `lock` held.
     static func search(dependent: Operation, dependency: Operation) -> SearchResult {
         if dependent.loadState().isFinished || dependency.loadState().isFinished { return .none }
-        // The common ways to build a graph end here in O(1): a new operation
-        // has no dependents yet, and a source has no dependencies.
-        let firstDependents = dependent.unfinishedDependents()
-        if firstDependents.isEmpty { return .none }
-        let firstDependencies = dependency.unfinishedDependencies()
-        if firstDependencies.isEmpty { return .none }
+        // The common ways to build a graph end here in O(1), without
+        // allocating: a new operation has no dependents yet, and a source has
+        // no dependencies.
+        if !dependent.hasUnfinishedDependents || !dependency.hasUnfinishedDependencies { return .none }
         // forward: reached from `dependency` by following dependencies.
         var forwardParent: [ObjectIdentifier: Operation] = [ObjectIdentifier(dependency): dependency]
         var backwardParent: [ObjectIdentifier: Operation] = [ObjectIdentifier(dependent): dependent]

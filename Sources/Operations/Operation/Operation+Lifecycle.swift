@@ -126,13 +126,13 @@ extension Operation {
     /// observers have then already been told.
     final func finish(announced: Bool) {
         // Fast path: nothing to notify, release or run besides the queue.
-        var fastQueue: OperationQueue?
+        var fastQueue: Unmanaged<OperationQueue>?
         let fast = withStateLock { state -> Bool in
             guard !state.isObserved, state.phase != .finished, storedDependents.isEmpty, extras == nil else {
                 return false
             }
             _ = state.finish()
-            fastQueue = storedQueue
+            fastQueue = queueReference
             return true
         }
         if fast {
@@ -147,13 +147,17 @@ extension Operation {
         }
         var dependents = OperationList.empty
         var completion: (@Sendable () -> Void)?
-        var queue: OperationQueue?
+        var queue: Unmanaged<OperationQueue>?
         var barrier: Operation?
         var handlers: [@Sendable () -> Void] = []
         let outcome = withStateLock { state -> OperationState.FinishOutcome in
             let outcome = state.finish()
             if case .finished = outcome {
-                dependents = storedDependents.take()
+                // Resolve the unretained dependents while this lock keeps
+                // them from completing deallocation (see `DependentList`).
+                storedDependents.take().forEach { entry in
+                    if let dependent = Operation.retainIfAlive(entry) { dependents.append(dependent) }
+                }
                 completion = extras?.completionBlock
                 extras?.completionBlock = nil
                 // The hidden barrier edge has done its job; keeping it would
@@ -166,7 +170,7 @@ extension Operation {
                     handlers = extras.cancellationHandlers
                     extras.cancellationHandlers = []
                 }
-                queue = storedQueue
+                queue = queueReference
             }
             return outcome
         }
@@ -183,7 +187,7 @@ extension Operation {
             let savedCompleting = context.completingReference
             let savedQueue = context.queueReference
             context.completingReference = Unmanaged.passUnretained(self)
-            if let queue { context.queue = queue }
+            if let queue { context.queueReference = queue }
             completion()
             context.completingReference = savedCompleting
             context.queueReference = savedQueue
@@ -192,19 +196,24 @@ extension Operation {
     }
 
     /// Informs the queue (if any), then releases waiters.
-    final func retire(queue: OperationQueue?) {
-        if let queue {
-            unowned(unsafe) let context = ThreadContext.current
-            if ThreadContext.refers(context.drainOperationReference, to: self) {
-                // The drain loop that started this operation retires it under
-                // the lock it takes anyway to pick the next operation, then
-                // calls `completeRetirement()`.
-                context.drainOperationRetirePending = true
-                return
-            }
-            queue.operationDidRetire(self)
+    ///
+    /// `queue` is unretained: the queue stays alive at least until this
+    /// operation's `completeRetirement()` (see `queueReference`).
+    final func retire(queue: Unmanaged<OperationQueue>?) {
+        guard let queue else {
+            completeRetirement()
+            return
         }
-        completeRetirement()
+        unowned(unsafe) let context = ThreadContext.current
+        if ThreadContext.refers(context.drainOperationReference, to: self) {
+            // The drain loop that started this operation retires it under
+            // the lock it takes anyway to pick the next operation, then
+            // calls `completeRetirement()`.
+            context.drainOperationRetirePending = true
+            return
+        }
+        let selfRelease = queue._withUnsafeGuaranteedRef { $0.operationDidRetire(self) }
+        selfRelease?.release()
     }
 
     /// Marks the operation retired and runs its retire callbacks (waiters).
@@ -212,16 +221,14 @@ extension Operation {
     /// operation gone from its queue.
     final func completeRetirement() {
         var callbacks: [@Sendable () -> Void] = []
-        let releasedQueue = withStateLock { state -> OperationQueue? in
+        withStateLock { state in
             state.retire()
-            defer { storedQueue = nil }
+            queueReference = nil
             if let extras, !extras.retireCallbacks.isEmpty {
                 callbacks = extras.retireCallbacks
                 extras.retireCallbacks = []
             }
-            return storedQueue
         }
-        withExtendedLifetime(releasedQueue) {}
         for callback in callbacks { callback() }
     }
 

@@ -54,7 +54,19 @@ open class Operation: @unchecked Sendable {
     // per access) are turned off for these fields.
     @exclusivity(unchecked) final var storedDependencies: OperationList = .empty
     @exclusivity(unchecked) final var storedDependents: DependentList = .empty
-    @exclusivity(unchecked) final var storedQueue: OperationQueue?
+    /// The queue that owns the operation, unretained: a queue retains itself
+    /// while it holds operations (see `OperationQueue.retainedSelf`), and
+    /// gives up that retain only after the last operation's
+    /// `completeRetirement()` has cleared this field. Saves a cross-thread
+    /// retain/release of the queue per operation.
+    @exclusivity(unchecked) final var queueReference: Unmanaged<OperationQueue>?
+
+    /// The owning queue as a strong reference. Read with the lock bit held,
+    /// before the operation retires.
+    final var storedQueue: OperationQueue? {
+        get { queueReference?.takeUnretainedValue() }
+        set { queueReference = newValue.map { Unmanaged.passUnretained($0) } }
+    }
     @exclusivity(unchecked) final var extras: OperationExtras?
 
     // Guarded by the owning queue's lock (exclusivity checks off, as above).
@@ -78,23 +90,84 @@ open class Operation: @unchecked Sendable {
 
     deinit {
         if case .empty = storedDependencies, extras == nil { return }
+        unregisterFromUnretiredDependencies()
         // Release the dependency chain iteratively: a long chain released
         // recursively (each operation freeing its dependency in its deinit)
-        // would overflow the stack at around 100k links.
-        var pending = storedDependencies.take().array
+        // would overflow the stack at around 100k links. Each dependency that
+        // only this walk still holds gives up its own dependencies to the
+        // walk before it is released, so every deinit along the chain finds
+        // nothing left to release. A chain costs no allocation.
+        var current = storedDependencies.take()
+        var pending: [OperationList] = []
         if let hidden = extras?.hiddenDependency {
             extras?.hiddenDependency = nil
-            pending.append(hidden)
+            pending.append(.one(hidden))
         }
-        while var next = pending.popLast() {
-            if isKnownUniquelyReferenced(&next) {
-                pending.append(contentsOf: next.storedDependencies.take().array)
-                if let hidden = next.extras?.hiddenDependency {
-                    next.extras?.hiddenDependency = nil
-                    pending.append(hidden)
+        while true {
+            switch current {
+            case .empty:
+                guard let next = pending.popLast() else { return }
+                current = next
+            case .one(var operation):
+                current = .empty
+                if isKnownUniquelyReferenced(&operation) {
+                    current = operation.takeDependenciesForRelease(into: &pending)
+                }
+            case .many(var list):
+                current = .empty
+                while var operation = list.popLast() {
+                    if isKnownUniquelyReferenced(&operation) {
+                        pending.append(operation.takeDependenciesForRelease(into: &pending))
+                    }
                 }
             }
         }
+    }
+
+    /// Removes this (deallocating) operation from the dependents of every
+    /// dependency that has not retired, so that a dependency finishing later
+    /// never touches freed memory (see `DependentList`). A dependency that
+    /// is finishing right now holds its lock: waiting for it here keeps this
+    /// operation's memory valid until it is done.
+    private final func unregisterFromUnretiredDependencies() {
+        func unregister(from dependency: Operation) {
+            guard !dependency.loadState().isRetired else { return }
+            dependency.withStateLock { _ in _ = dependency.storedDependents.remove(self) }
+        }
+        storedDependencies.forEach(unregister)
+        if let hidden = extras?.hiddenDependency { unregister(from: hidden) }
+    }
+
+    /// A strong reference to the operation behind `entry`, or nil if it is
+    /// being deallocated. Call while holding the lock of the operation whose
+    /// `storedDependents` holds `entry` (see `DependentList`).
+    static func retainIfAlive(_ entry: Unmanaged<Operation>) -> Operation? {
+        entry._withUnsafeGuaranteedRef { operation -> Operation? in
+            let state = operation.loadState()
+            // Owned by a queue until it retires: certainly alive.
+            if state.isEnqueued, !state.isRetired { return operation }
+            return probe(operation)
+        }
+    }
+
+    /// A weak reference to an operation whose deinitialization has begun
+    /// reads as nil: the runtime's way to retain only if still alive. (It
+    /// gives the operation a side table, which is why it is used only for
+    /// dependents that are not owned by a queue.)
+    @inline(never)
+    private static func probe(_ operation: Operation) -> Operation? {
+        weak let reference = operation
+        return reference
+    }
+
+    /// Hands this operation's dependencies to a releasing walk. Only called
+    /// when nothing else references the operation.
+    private final func takeDependenciesForRelease(into pending: inout [OperationList]) -> OperationList {
+        if let hidden = extras?.hiddenDependency {
+            extras?.hiddenDependency = nil
+            pending.append(.one(hidden))
+        }
+        return storedDependencies.take()
     }
 
     // MARK: The state word

@@ -72,6 +72,7 @@ extension OperationQueue {
             return
         }
         scheduler.link(operation)
+        retainSelfIfNeededLocked()
         var recheck = false
         let baseReady = operation.loadState().isReady
         if ready {
@@ -138,6 +139,7 @@ extension OperationQueue {
             }
             for (index, operation) in accepted.enumerated() {
                 scheduler.link(operation)
+                retainSelfIfNeededLocked()
                 let baseReady = operation.loadState().isReady
                 if readiness[index] {
                     if !baseReady { operation.queueFlags |= QueueLinkFlags.admittedByOverride }
@@ -262,6 +264,8 @@ extension OperationQueue {
         while true {
             var stalled = false
             let released = toRetire.flatMap { scheduler.retire($0) }
+            let selfRelease = toRetire != nil ? takeSelfRetainIfEmptyLocked() : nil
+            if !context.deferredAdmissions.isEmpty { admitDeferredLocked(context) }
             if startedInSlice > 0, shouldYieldSlice(worker: worker, pool: pool, started: startedInSlice, since: sliceStart) {
                 yielded = true
             }
@@ -284,6 +288,7 @@ extension OperationQueue {
                 if wakeups.drained { emit(.drained) }
             }
             withExtendedLifetime(released) {}
+            selfRelease?.release()  // the drain job still holds the queue
             wakeups.fire()
             startDrainers(tickets)
             if stalled { checkStall() }
@@ -299,7 +304,10 @@ extension OperationQueue {
             context.queueStartingReference = reference
             context.drainOperationReference = reference
             context.drainOperationRetirePending = false
+            let savedAdmitting = context.admittingQueueReference
+            context.admittingQueueReference = Unmanaged.passUnretained(self)
             operation.start()
+            context.admittingQueueReference = savedAdmitting
             context.queueStartingReference = nil
             context.drainOperationReference = nil
             if context.drainOperationRetirePending {
@@ -348,6 +356,11 @@ extension OperationQueue {
     }
 
     private func admit(_ operation: Operation) {
+        let context = ThreadContext.current
+        if ThreadContext.refers(context.admittingQueueReference, to: self) {
+            context.deferredAdmissions.append(operation)
+            return
+        }
         lock.lock()
         guard scheduler.canEnterLane(operation) else {
             lock.unlock()
@@ -360,6 +373,33 @@ extension OperationQueue {
         lock.unlock()
         startDrainers(tickets)
         wakeups.fire()
+    }
+
+    /// Takes the queue's self-retain if it holds operations. Call with `lock`
+    /// held, after linking.
+    @inline(__always)
+    final func retainSelfIfNeededLocked() {
+        if retainedSelf == nil, scheduler.count > 0 { retainedSelf = Unmanaged.passRetained(self) }
+    }
+
+    /// Gives back the self-retain if the queue is now empty. Call with `lock`
+    /// held; release the result after the retired operation's
+    /// `completeRetirement()`, outside the lock.
+    @inline(__always)
+    final func takeSelfRetainIfEmptyLocked() -> Unmanaged<OperationQueue>? {
+        guard scheduler.count == 0, let retained = retainedSelf else { return nil }
+        retainedSelf = nil
+        return retained
+    }
+
+    /// Admits the dependents collected while the drain loop ran an
+    /// operation. Call with `lock` held; their `isReady` was already asked.
+    final func admitDeferredLocked(_ context: ThreadContext) {
+        for operation in context.deferredAdmissions where scheduler.canEnterLane(operation) {
+            if !operation.loadState().isReady { operation.queueFlags |= QueueLinkFlags.admittedByOverride }
+            scheduler.pushReady(operation, lane: operation.readyLane)
+        }
+        context.deferredAdmissions.removeAll(keepingCapacity: true)
     }
 
     /// A queued operation that had not started was cancelled: move it to the
@@ -389,23 +429,28 @@ extension OperationQueue {
     }
 
     /// An operation finished away from a drain loop (asynchronous operations,
-    /// announced finishes): release its slot and schedule more.
-    final func operationDidRetire(_ operation: Operation) {
+    /// announced finishes): release its slot, complete its retirement and
+    /// schedule more. Returns the queue's self-retain if the queue is now
+    /// empty: the caller releases it once it no longer uses the queue.
+    final func operationDidRetire(_ operation: Operation) -> Unmanaged<OperationQueue>? {
         let isObserved = observed.load(ordering: .relaxed)
         if isObserved { notifyWillChange(["operations", "operationCount"]) }
         lock.lock()
         let released = scheduler.retire(operation)
+        let selfRelease = takeSelfRetainIfEmptyLocked()
         let wakeups = scheduler.takeWakeups()
         let tickets = scheduler.drainersNeeded()
         let stalled = scheduler.isStalled
         lock.unlock()
         withExtendedLifetime(released) {}
+        operation.completeRetirement()
         wakeups.fire()
         startDrainers(tickets)
         if isObserved { notifyDidChange(["operations", "operationCount"]) }
         emit(.finished(operation))
         if wakeups.drained { emit(.drained) }
         if stalled { checkStall() }
+        return selfRelease
     }
 
     // MARK: Stalls

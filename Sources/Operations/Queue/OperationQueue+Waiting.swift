@@ -101,6 +101,7 @@ extension OperationQueue {
             scheduler.busyDrainers -= 1
             scheduler.drainers -= 1
             let released = retire ? scheduler.retire(operation) : nil
+            let selfRelease = retire ? takeSelfRetainIfEmptyLocked() : nil
             let wakeups = scheduler.takeWakeups()
             let tickets = scheduler.drainersNeeded()
             lock.unlock()
@@ -110,6 +111,7 @@ extension OperationQueue {
                 emit(.finished(operation))
                 if wakeups.drained { emit(.drained) }
             }
+            selfRelease?.release()  // the caller holds the queue
             wakeups.fire()
             startDrainers(tickets)
         }

@@ -34,8 +34,8 @@ import Synchronization
 /// In a file that also imports Foundation, write
 /// `import class Operations.OperationQueue`.
 open class OperationQueue: @unchecked Sendable {
-    // @unchecked Sendable: `scheduler`, `storedName`, `storedQualityOfService`,
-    // `storedUnderlyingQueue`, `observers`, `pendingLimitPolicy`,
+    // @unchecked Sendable: `scheduler`, `retainedSelf`, `storedName`,
+    // `storedQualityOfService`, `storedUnderlyingQueue`, `observers`, `pendingLimitPolicy`,
     // `eventSinks` and `nextEventSinkID` are read and written only while
     // `lock` is held. `observed` and `hasEventSinks` are atomic. `kind` is
     // immutable.
@@ -57,6 +57,11 @@ open class OperationQueue: @unchecked Sendable {
     final var storedUnderlyingQueue: DispatchQueue?
     final var observers: ObservationRegistry?
     final let observed = Atomic<Bool>(false)
+    /// The queue's retain of itself while it holds operations, so that a
+    /// queue that goes out of scope still runs everything it holds (its
+    /// operations refer to it unretained). Taken when the first operation is
+    /// linked; given back after the last one's `completeRetirement()`.
+    @exclusivity(unchecked) final var retainedSelf: Unmanaged<OperationQueue>?
     /// What synchronous adds do when the pending limit is reached.
     final var pendingLimitPolicy: PendingLimitPolicy = .block
     /// Subscribers to `events`, by id.

@@ -41,6 +41,12 @@ final class ThreadContext {
     @exclusivity(unchecked) var drainOperationRetirePending = false
     /// The pool worker this thread is, if any.
     @exclusivity(unchecked) var workerReference: Unmanaged<Worker>?
+    /// The queue whose drain loop is starting an operation on this thread.
+    /// Dependents of that queue that become ready meanwhile are collected in
+    /// `deferredAdmissions` and admitted under the loop's next lock
+    /// acquisition, instead of taking the queue's lock once more each.
+    @exclusivity(unchecked) var admittingQueueReference: Unmanaged<OperationQueue>?
+    @exclusivity(unchecked) var deferredAdmissions: [Operation] = []
 
     var queue: OperationQueue? {
         get { queueReference?.takeUnretainedValue() }

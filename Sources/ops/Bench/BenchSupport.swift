@@ -1,0 +1,1 @@
+../../BenchOperations/BenchSupport.swift
