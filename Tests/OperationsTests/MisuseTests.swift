@@ -1,0 +1,409 @@
+// Misuse detected on the calling thread, one test per case: the misuse is
+// reported with a message naming the operation or queue, the call is
+// refused without a state change, and unrelated work keeps running.
+
+import Dispatch
+import Synchronization
+import Testing
+@testable import Operations
+
+/// Expects exactly one misuse with `code` whose message names `subject`.
+private func expectSingle(
+    _ reported: [OperationMisuse],
+    _ code: OperationMisuse.Code,
+    naming subject: String,
+    sourceLocation: SourceLocation = #_sourceLocation
+) {
+    #expect(reported.map(\.code) == [code], "\(reported.map(\.message))", sourceLocation: sourceLocation)
+    if let misuse = reported.first {
+        #expect(misuse.message.contains(subject), "message does not name \(subject): \(misuse.message)", sourceLocation: sourceLocation)
+        #expect(misuse.message.contains(code.rawValue), sourceLocation: sourceLocation)
+        #expect(!misuse.subject.isEmpty, sourceLocation: sourceLocation)
+    }
+}
+
+private func named(_ name: String, _ block: @escaping @Sendable () -> Void = {}) -> BlockOperation {
+    let op = BlockOperation(block: block)
+    op.name = name
+    return op
+}
+
+@Suite("Misuse on the calling thread")
+struct MisuseTests {
+    // MARK: start()
+
+    @Test("start() on an operation that is not ready")
+    func startNotReady() {
+        let ran = Counter()
+        let dependency = named("dependency")
+        let op = named("not-ready") { ran.increment() }
+        op.addDependency(dependency)
+        let reported = misuses { op.start() }
+        expectSingle(reported, .startNotReady, naming: "\"not-ready\"")
+        #expect(reported.first?.message.contains("\"dependency\"") == true, "the message should name the unfinished dependency")
+        #expect(!op.isExecuting && !op.isFinished && ran.count == 0)
+        dependency.start()
+        op.start()
+        #expect(op.isFinished && ran.count == 1)
+        unrelatedWorkStillRuns()
+    }
+
+    @Test("start() twice: after it finished")
+    func startAfterFinished() {
+        let ran = Counter()
+        let op = named("twice") { ran.increment() }
+        op.start()
+        let reported = misuses { op.start() }
+        expectSingle(reported, .startAfterFinished, naming: "\"twice\"")
+        #expect(ran.count == 1 && op.isFinished)
+        unrelatedWorkStillRuns()
+    }
+
+    @Test("start() on a cancelled, finished operation")
+    func startAfterCancelledFinish() {
+        let op = named("cancelled-twice")
+        op.cancel()
+        op.start()
+        let reported = misuses { op.start() }
+        expectSingle(reported, .startAfterFinished, naming: "\"cancelled-twice\"")
+        unrelatedWorkStillRuns()
+    }
+
+    @Test("start() while executing (from inside main)")
+    func startWhileExecuting() {
+        let ran = Counter()
+        let op = BlockOperation()
+        op.name = "reentrant"
+        op.addExecutionBlock { [unowned op] in
+            ran.increment()
+            op.start()
+        }
+        let reported = misuses { op.start() }
+        expectSingle(reported, .startWhileExecuting, naming: "\"reentrant\"")
+        #expect(ran.count == 1)
+        #expect(op.isFinished && !op.isExecuting)
+        unrelatedWorkStillRuns()
+    }
+
+    @Test("start() by hand on an operation a queue owns")
+    func startOwnedByQueue() {
+        let ran = Counter()
+        let queue = makeQueue("owner")
+        queue.isSuspended = true
+        let op = named("queued") { ran.increment() }
+        queue.addOperation(op)
+        let reported = misuses { op.start() }
+        expectSingle(reported, .startOwnedByQueue, naming: "\"queued\"")
+        #expect(reported.first?.message.contains("\"owner\"") == true)
+        #expect(ran.count == 0 && !op.isExecuting && !op.isFinished)
+        queue.isSuspended = false
+        #expect(queue.waitUntilAllOperationsAreFinished(timeout: patience))
+        #expect(ran.count == 1)
+        unrelatedWorkStillRuns()
+    }
+
+    // MARK: Properties after start
+
+    @Test("completion block set after the operation finished")
+    func completionBlockAfterFinish() {
+        let op = named("late-completion")
+        op.start()
+        let calls = Counter()
+        let reported = misuses { op.completionBlock = { calls.increment() } }
+        expectSingle(reported, .completionBlockAfterStart, naming: "\"late-completion\"")
+        #expect(op.completionBlock == nil)
+        #expect(calls.count == 0)
+        // Setting nil is always allowed.
+        #expect(misuses { op.completionBlock = nil }.isEmpty)
+        unrelatedWorkStillRuns()
+    }
+
+    @Test("completion block set while the operation is executing")
+    func completionBlockWhileExecuting() {
+        let op = BlockOperation()
+        op.name = "executing-completion"
+        let calls = Counter()
+        op.addExecutionBlock { [unowned op] in
+            op.completionBlock = { calls.increment() }
+        }
+        let reported = misuses { op.start() }
+        expectSingle(reported, .completionBlockAfterStart, naming: "\"executing-completion\"")
+        #expect(calls.count == 0)
+        unrelatedWorkStillRuns()
+    }
+
+    @Test("result of a cancelled invocation")
+    func cancelledInvocationResult() {
+        let op = InvocationOperation { 42 }
+        op.name = "cancelled-invocation"
+        op.cancel()
+        op.start()
+        let (value, reported) = recordingMisuse { op.result }
+        expectSingle(reported, .cancelledInvocationResult, naming: "\"cancelled-invocation\"")
+        #expect(value == nil)
+        unrelatedWorkStillRuns()
+    }
+
+    @Test("addExecutionBlock after the operation started")
+    func executionBlockAfterStart() {
+        let op = named("late-block")
+        op.start()
+        let ran = Counter()
+        let reported = misuses { op.addExecutionBlock { ran.increment() } }
+        expectSingle(reported, .executionBlockAfterStart, naming: "\"late-block\"")
+        #expect(op.executionBlocks.isEmpty)
+        #expect(ran.count == 0)
+        unrelatedWorkStillRuns()
+    }
+
+    @Test("finish() on an async operation that never started")
+    func finishBeforeStart() {
+        let ran = Counter()
+        let op = AsyncOperation { operation in
+            ran.increment()
+            operation.finish()
+        }
+        op.name = "early-finish"
+        let reported = misuses { op.finish() }
+        expectSingle(reported, .finishBeforeStart, naming: "\"early-finish\"")
+        #expect(!op.isFinished)
+        op.start()
+        #expect(op.isFinished && ran.count == 1)
+        unrelatedWorkStillRuns()
+    }
+
+    // MARK: Adding to queues
+
+    @Test("adding an operation to two queues")
+    func addToTwoQueues() {
+        let ran = Counter()
+        let first = makeQueue("first-owner")
+        let second = makeQueue("second-owner")
+        first.isSuspended = true
+        let op = named("shared") { ran.increment() }
+        first.addOperation(op)
+        let reported = misuses { second.addOperation(op) }
+        expectSingle(reported, .alreadyInQueue, naming: "\"shared\"")
+        #expect(reported.first?.message.contains("\"first-owner\"") == true)
+        #expect(second.operationCount == 0)
+        first.isSuspended = false
+        #expect(first.waitUntilAllOperationsAreFinished(timeout: patience))
+        #expect(ran.count == 1)
+        unrelatedWorkStillRuns()
+    }
+
+    @Test("adding an operation to the same queue twice")
+    func addTwice() {
+        let ran = Counter()
+        let queue = makeQueue("twice")
+        queue.isSuspended = true
+        let op = named("added-twice") { ran.increment() }
+        queue.addOperation(op)
+        let reported = misuses { queue.addOperation(op) }
+        expectSingle(reported, .alreadyInQueue, naming: "\"added-twice\"")
+        #expect(queue.operationCount == 1)
+        queue.isSuspended = false
+        #expect(queue.waitUntilAllOperationsAreFinished(timeout: patience))
+        #expect(ran.count == 1)
+        expectQueueInvariants(queue)
+        unrelatedWorkStillRuns()
+    }
+
+    @Test("adding a finished operation")
+    func addAfterFinished() {
+        let ran = Counter()
+        let op = named("finished") { ran.increment() }
+        op.start()
+        let queue = makeQueue("after-finish")
+        let reported = misuses { queue.addOperation(op) }
+        expectSingle(reported, .addedAfterStart, naming: "\"finished\"")
+        #expect(queue.operationCount == 0)
+        #expect(ran.count == 1)
+        unrelatedWorkStillRuns()
+    }
+
+    @Test("adding an executing operation")
+    func addWhileExecuting() {
+        let queue = makeQueue("while-executing")
+        let op = BlockOperation()
+        op.name = "running"
+        op.addExecutionBlock { queue.addOperation(op) }
+        let reported = misuses { op.start() }
+        expectSingle(reported, .addedAfterStart, naming: "\"running\"")
+        #expect(queue.operationCount == 0)
+        unrelatedWorkStillRuns()
+    }
+
+    @Test("the same operation twice in one addOperations call: the others are still added")
+    func duplicateInBatch() {
+        let log = Recorder<String>()
+        let a = named("a") { log.record("a") }
+        let b = named("b") { log.record("b") }
+        let c = named("c") { log.record("c") }
+        let queue = makeQueue("batch", width: 1)
+        queue.isSuspended = true
+        let reported = misuses { queue.addOperations([a, b, a, c], waitUntilFinished: false) }
+        expectSingle(reported, .duplicateInBatch, naming: "\"a\"")
+        #expect(queue.operations == [a, b, c])
+        queue.isSuspended = false
+        #expect(queue.waitUntilAllOperationsAreFinished(timeout: patience))
+        #expect(log.events == ["a", "b", "c"])
+        unrelatedWorkStillRuns()
+    }
+
+    @Test("addOperations with a duplicate and waitUntilFinished still waits for the accepted ones")
+    func duplicateInBatchWaits() {
+        let log = Recorder<String>()
+        let a = named("wait-a") { log.record("a") }
+        let b = named("wait-b") { log.record("b") }
+        let queue = makeQueue("batch-wait")
+        let reported = misuses { queue.addOperations([a, a, b], waitUntilFinished: true) }
+        expectSingle(reported, .duplicateInBatch, naming: "\"wait-a\"")
+        #expect(a.isFinished && b.isFinished)
+        #expect(log.events.sorted() == ["a", "b"])
+    }
+
+    // MARK: Queue configuration
+
+    @Test("maxConcurrentOperationCount = -2")
+    func invalidWidth() {
+        let queue = makeQueue("bad-width", width: 3)
+        let reported = misuses { queue.maxConcurrentOperationCount = -2 }
+        expectSingle(reported, .invalidMaxConcurrentOperationCount, naming: "\"bad-width\"")
+        #expect(queue.maxConcurrentOperationCount == 3)
+        queue.addOperation {}
+        #expect(queue.waitUntilAllOperationsAreFinished(timeout: patience))
+        unrelatedWorkStillRuns()
+    }
+
+    @Test("threadPriority = 1.5")
+    func invalidThreadPriority() {
+        let op = named("bad-priority")
+        let reported = misuses { op.threadPriority = 1.5 }
+        expectSingle(reported, .invalidThreadPriority, naming: "\"bad-priority\"")
+        #expect(op.threadPriority == 0.5)
+        op.start()
+        #expect(op.isFinished)
+        unrelatedWorkStillRuns()
+    }
+
+    @Test("underlyingQueue changed while the queue holds operations")
+    func underlyingQueueWhileBusy() {
+        let queue = makeQueue("busy-underlying")
+        queue.isSuspended = true
+        queue.addOperation {}
+        let reported = misuses { queue.underlyingQueue = DispatchQueue(label: "late") }
+        expectSingle(reported, .underlyingQueueWhileBusy, naming: "\"busy-underlying\"")
+        #expect(queue.underlyingQueue == nil)
+        queue.isSuspended = false
+        #expect(queue.waitUntilAllOperationsAreFinished(timeout: patience))
+        unrelatedWorkStillRuns()
+    }
+
+    @Test("a pending limit below 1")
+    func invalidPendingLimit() {
+        let queue = makeQueue("bad-limit")
+        let reported = misuses { queue.setPendingLimit(0) }
+        expectSingle(reported, .invalidPendingLimit, naming: "\"bad-limit\"")
+        #expect(queue.pendingLimit == nil)
+        unrelatedWorkStillRuns()
+    }
+
+    // MARK: Dependency cycles
+
+    @Test("a two-operation cycle A→B→A is refused and names both")
+    func twoOperationCycle() {
+        let log = Recorder<String>()
+        let a = named("cycle-A") { log.record("A") }
+        let b = named("cycle-B") { log.record("B") }
+        a.addDependency(b)
+        let reported = misuses { b.addDependency(a) }
+        expectSingle(reported, .dependencyCycle, naming: "\"cycle-B\"")
+        #expect(reported.first?.message.contains("\"cycle-A\"") == true)
+        #expect(b.dependencies.isEmpty)
+        #expect(b.isReady)
+        let queue = makeQueue("after-cycle")
+        queue.addOperations([a, b], waitUntilFinished: false)
+        #expect(queue.waitUntilAllOperationsAreFinished(timeout: patience))
+        #expect(log.events == ["B", "A"])
+        unrelatedWorkStillRuns()
+    }
+
+    @Test("a longer cycle A→B→C→D→A is refused and names every operation on it")
+    func longerCycle() {
+        let ops = ["A", "B", "C", "D"].map { named("long-\($0)") }
+        ops[0].addDependency(ops[1])
+        ops[1].addDependency(ops[2])
+        ops[2].addDependency(ops[3])
+        let reported = misuses { ops[3].addDependency(ops[0]) }
+        expectSingle(reported, .dependencyCycle, naming: "\"long-D\"")
+        for name in ["A", "B", "C", "D"] {
+            #expect(reported.first?.message.contains("\"long-\(name)\"") == true, "the message does not name long-\(name)")
+        }
+        #expect(ops[3].dependencies.isEmpty)
+        let queue = makeQueue("after-long-cycle")
+        queue.addOperations(ops, waitUntilFinished: false)
+        #expect(queue.waitUntilAllOperationsAreFinished(timeout: patience))
+        unrelatedWorkStillRuns()
+    }
+
+    @Test("an operation made its own dependency")
+    func selfDependency() {
+        let op = named("self-dependent")
+        let reported = misuses { op.addDependency(op) }
+        expectSingle(reported, .dependencyCycle, naming: "\"self-dependent\"")
+        #expect(op.dependencies.isEmpty && op.isReady)
+        unrelatedWorkStillRuns()
+    }
+
+    @Test("a diamond is not a cycle")
+    func diamondIsNotACycle() {
+        let top = named("top"), left = named("left"), right = named("right"), bottom = named("bottom")
+        let reported = misuses {
+            left.addDependency(top)
+            right.addDependency(top)
+            bottom.addDependency(left)
+            bottom.addDependency(right)
+        }
+        #expect(reported.isEmpty)
+        let queue = makeQueue("diamond")
+        queue.addOperations([bottom, right, left, top], waitUntilFinished: false)
+        #expect(queue.waitUntilAllOperationsAreFinished(timeout: patience))
+    }
+
+    // MARK: Waits on the calling thread
+
+    @Test("waiting for itself from inside its own main (started by hand)")
+    func waitForItself() {
+        let after = Counter()
+        let op = BlockOperation()
+        op.name = "self-waiter"
+        op.addExecutionBlock { [unowned op] in
+            op.waitUntilFinished()
+            after.increment()
+        }
+        let (returned, reported) = recordingMisuse {
+            op.start()
+            return op.isFinished
+        }
+        expectSingle(reported, .waitDeadlock, naming: "\"self-waiter\"")
+        #expect(returned && after.count == 1)
+        unrelatedWorkStillRuns()
+    }
+
+    @Test("waiting, inside a manually started operation, for an operation that depends on it")
+    func waitForDependentManually() {
+        let dependent = named("dependent-of-waiter")
+        let op = BlockOperation()
+        op.name = "manual-waiter"
+        dependent.addDependency(op)
+        op.addExecutionBlock { dependent.waitUntilFinished() }
+        let reported = misuses { op.start() }
+        expectSingle(reported, .waitDeadlock, naming: "\"dependent-of-waiter\"")
+        #expect(reported.first?.message.contains("\"manual-waiter\"") == true)
+        #expect(op.isFinished && dependent.isReady)
+        dependent.start()
+        #expect(dependent.isFinished)
+        unrelatedWorkStillRuns()
+    }
+}

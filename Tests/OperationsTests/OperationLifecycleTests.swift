@@ -1,0 +1,473 @@
+// The lifecycle of a single operation: start, main, cancel, readiness,
+// dependencies, the completion block, waiting, and the plain properties.
+
+import Dispatch
+import Synchronization
+import Testing
+@testable import Operations
+
+/// An operation that records the thread its `main()` ran on.
+private final class ThreadRecordingOperation: Operation, @unchecked Sendable {
+    // @unchecked Sendable: `thread` is a Mutex.
+    let thread = Mutex<ThreadID?>(nil)
+    let mainCalls = Counter()
+    override func main() {
+        mainCalls.increment()
+        thread.withLock { $0 = currentThreadID() }
+    }
+}
+
+@Suite("Operation lifecycle")
+struct OperationLifecycleTests {
+    @Test("a new operation is ready and idle")
+    func initialState() {
+        let op = BlockOperation {}
+        #expect(op.isReady)
+        #expect(!op.isCancelled)
+        #expect(!op.isExecuting)
+        #expect(!op.isFinished)
+        #expect(!op.isAsynchronous)
+        #expect(!op.isConcurrent)
+        #expect(op.dependencies.isEmpty)
+        #expect(op.queuePriority == .normal)
+        #expect(op.completionBlock == nil)
+    }
+
+    @Test("start() runs main() on the calling thread, then the operation is finished")
+    func startRunsMainOnCallingThread() {
+        let op = ThreadRecordingOperation()
+        op.start()
+        #expect(op.mainCalls.count == 1)
+        #expect(op.thread.withLock { $0 } == currentThreadID())
+        #expect(op.isFinished)
+        #expect(!op.isExecuting)
+        #expect(!op.isCancelled)
+    }
+
+    @Test("isExecuting is true during main() and false after")
+    func executingDuringMain() {
+        let seen = Box<(Bool, Bool)?>(nil)
+        let op = BlockOperation()
+        op.addExecutionBlock { [unowned op] in seen.value = (op.isExecuting, op.isFinished) }
+        op.start()
+        #expect(seen.value?.0 == true)
+        #expect(seen.value?.1 == false)
+        #expect(!op.isExecuting)
+    }
+
+    @Test("cancel before start: start() finishes without calling main()")
+    func cancelBeforeStart() {
+        let op = ThreadRecordingOperation()
+        op.cancel()
+        #expect(op.isCancelled)
+        #expect(op.isReady)
+        #expect(!op.isFinished)
+        op.start()
+        #expect(op.mainCalls.count == 0)
+        #expect(op.isFinished)
+        #expect(!op.isExecuting)
+    }
+
+    @Test("cancel after finishing changes nothing")
+    func cancelAfterFinish() {
+        let op = BlockOperation {}
+        op.start()
+        op.cancel()
+        #expect(op.isFinished)
+        #expect(!op.isCancelled)
+    }
+
+    @Test("main() that polls isCancelled stops once cancelled from another thread")
+    func pollingIsCancelled() {
+        let started = Gate()
+        let iterations = Counter()
+        let op = BlockOperation()
+        op.addExecutionBlock { [unowned op] in
+            started.open()
+            let clock = ContinuousClock()
+            let deadline = clock.now + patience
+            while !op.isCancelled && clock.now < deadline { iterations.increment() }
+        }
+        let queue = makeQueue("polling")
+        queue.addOperation(op)
+        #expect(started.wait())
+        op.cancel()
+        #expect(op.waitUntilFinished(timeout: patience))
+        #expect(op.isCancelled)
+        #expect(iterations.count > 0)
+    }
+
+    @Test("isCancelled is cheap enough to poll in a tight loop")
+    func isCancelledIsCheap() {
+        let op = BlockOperation {}
+        let clock = ContinuousClock()
+        let start = clock.now
+        var cancelledSeen = 0
+        for _ in 0..<200_000 where op.isCancelled { cancelledSeen += 1 }
+        let elapsed = clock.now - start
+        #expect(cancelledSeen == 0)
+        // 10 µs per call would still pass: only a lock or allocation per read fails this.
+        #expect(elapsed < .seconds(2), "200k isCancelled reads took \(elapsed)")
+    }
+
+    @Test("isReady follows dependencies")
+    func readinessFollowsDependencies() {
+        let first = BlockOperation {}
+        let second = BlockOperation {}
+        let dependent = BlockOperation {}
+        dependent.addDependency(first)
+        dependent.addDependency(second)
+        #expect(dependent.dependencies == [first, second])
+        #expect(!dependent.isReady)
+        first.start()
+        #expect(!dependent.isReady)
+        second.start()
+        #expect(dependent.isReady)
+        // Finished dependencies stay listed.
+        #expect(dependent.dependencies == [first, second])
+        dependent.start()
+        #expect(dependent.isFinished)
+    }
+
+    @Test("adding a finished operation as a dependency keeps the operation ready")
+    func finishedDependency() {
+        let done = BlockOperation {}
+        done.start()
+        let op = BlockOperation {}
+        op.addDependency(done)
+        #expect(op.isReady)
+        #expect(op.dependencies == [done])
+    }
+
+    @Test("adding the same dependency twice lists it once")
+    func duplicateDependency() {
+        let dependency = BlockOperation {}
+        let op = BlockOperation {}
+        op.addDependency(dependency)
+        op.addDependency(dependency)
+        #expect(op.dependencies.count == 1)
+        dependency.start()
+        #expect(op.isReady)
+    }
+
+    @Test("removeDependency of an unfinished dependency restores readiness")
+    func removeUnfinishedDependency() {
+        let never = BlockOperation {}
+        let other = BlockOperation {}
+        let op = BlockOperation {}
+        op.addDependency(never)
+        op.addDependency(other)
+        op.removeDependency(never)
+        #expect(!op.isReady)
+        #expect(op.dependencies == [other])
+        op.removeDependency(other)
+        #expect(op.isReady)
+        #expect(op.dependencies.isEmpty)
+        op.start()
+        #expect(op.isFinished)
+        // The removed dependency no longer affects the operation when it finishes.
+        never.start()
+        #expect(never.isFinished)
+    }
+
+    @Test("removeDependency lets a queue start an operation waiting on an unfinished dependency")
+    func removeDependencyReleasesQueuedOperation() {
+        let never = BlockOperation {}
+        let ran = Gate()
+        let op = BlockOperation { ran.open() }
+        op.addDependency(never)
+        let queue = makeQueue("remove-dependency")
+        queue.addOperation(op)
+        #expect(staysFalse { ran.opened })
+        op.removeDependency(never)
+        #expect(ran.wait())
+        #expect(queue.waitUntilAllOperationsAreFinished(timeout: patience))
+    }
+
+    @Test("dependencies across queues")
+    func dependenciesAcrossQueues() {
+        let gate = Gate()
+        let order = Recorder<String>()
+        let upstream = BlockOperation { gate.wait(); order.record("upstream") }
+        let downstream = BlockOperation { order.record("downstream") }
+        downstream.addDependency(upstream)
+        let first = makeQueue("first")
+        let second = makeQueue("second")
+        second.addOperation(downstream)
+        first.addOperation(upstream)
+        #expect(staysFalse { downstream.isExecuting || downstream.isFinished })
+        gate.open()
+        #expect(second.waitUntilAllOperationsAreFinished(timeout: patience))
+        #expect(first.waitUntilAllOperationsAreFinished(timeout: patience))
+        #expect(order.events == ["upstream", "downstream"])
+    }
+
+    @Test("a queued operation depending on a manually started one runs after it")
+    func dependencyOnManualOperation() {
+        let order = Recorder<String>()
+        let manual = BlockOperation { order.record("manual") }
+        let queued = BlockOperation { order.record("queued") }
+        queued.addDependency(manual)
+        let queue = makeQueue("after-manual")
+        queue.addOperation(queued)
+        #expect(staysFalse { queued.isFinished })
+        manual.start()
+        #expect(queued.waitUntilFinished(timeout: patience))
+        #expect(order.events == ["manual", "queued"])
+    }
+
+    @Test("a manually started operation depending on a queued one becomes ready when it finishes")
+    func manualOperationDependingOnQueued() {
+        let gate = Gate()
+        let queued = BlockOperation { gate.wait() }
+        let manual = BlockOperation {}
+        manual.addDependency(queued)
+        let queue = makeQueue("before-manual")
+        queue.addOperation(queued)
+        #expect(!manual.isReady)
+        gate.open()
+        #expect(queued.waitUntilFinished(timeout: patience))
+        #expect(manual.isReady)
+        manual.start()
+        #expect(manual.isFinished)
+    }
+
+    @Test("the completion block runs exactly once, after the operation finished")
+    func completionBlockOnce() {
+        let calls = Counter()
+        let sawFinished = Box(false)
+        let op = BlockOperation {}
+        op.completionBlock = { [unowned op] in
+            calls.increment()
+            sawFinished.value = op.isFinished
+        }
+        let queue = makeQueue("completion")
+        queue.addOperation(op)
+        #expect(op.waitUntilFinished(timeout: patience))
+        // waitUntilFinished returns only after the completion block returned.
+        #expect(calls.count == 1)
+        #expect(sawFinished.value)
+        #expect(queue.waitUntilAllOperationsAreFinished(timeout: patience))
+        op.cancel()
+        #expect(calls.count == 1)
+    }
+
+    @Test("the completion block runs once for an operation cancelled before it started")
+    func completionBlockForCancelled() {
+        let calls = Counter()
+        let bodies = Counter()
+        let op = BlockOperation { bodies.increment() }
+        op.completionBlock = { calls.increment() }
+        op.cancel()
+        op.start()
+        #expect(calls.count == 1)
+        let queued = BlockOperation { bodies.increment() }
+        queued.completionBlock = { calls.increment() }
+        queued.cancel()
+        let queue = makeQueue("cancelled-completion")
+        queue.addOperation(queued)
+        #expect(queued.waitUntilFinished(timeout: patience))
+        #expect(calls.count == 2)
+        #expect(bodies.count == 0, "a cancelled operation ran its block")
+    }
+
+    @Test("the completion block runs on the thread that finished the operation")
+    func completionBlockThread() {
+        let thread = Box<ThreadID?>(nil)
+        let op = BlockOperation {}
+        op.completionBlock = { thread.value = currentThreadID() }
+        op.start()
+        #expect(thread.value == currentThreadID())
+    }
+
+    @Test("the completion block is released after it ran")
+    func completionBlockReleased() {
+        let tracker = LifetimeTracker()
+        let op = BlockOperation {}
+        do {
+            let captured = tracker.track(Tracked("captured by completion"))
+            op.completionBlock = { _ = captured }
+        }
+        #expect(tracker.alive.count == 1)
+        op.start()
+        #expect(op.completionBlock == nil)
+        #expect(tracker.waitForRelease().isEmpty)
+    }
+
+    @Test("an operation captured by its own completion block does not leak")
+    func selfCapturingCompletionBlock() {
+        let tracker = LifetimeTracker()
+        let ran = Gate()
+        do {
+            let op = tracker.track(BlockOperation {}, "self-capturing op")
+            op.completionBlock = {
+                _ = op.isFinished
+                ran.open()
+            }
+            let queue = tracker.track(makeQueue("self-capture"), "queue")
+            queue.addOperation(op)
+        }
+        #expect(ran.wait())
+        #expect(tracker.waitForRelease().isEmpty)
+    }
+
+    @Test("waitUntilFinished waits for a queued synchronous operation")
+    func waitForSynchronousOperation() {
+        let gate = Gate()
+        let finishedBody = Box(false)
+        let op = BlockOperation {
+            gate.wait()
+            finishedBody.value = true
+        }
+        let queue = makeQueue("wait-sync")
+        queue.addOperation(op)
+        #expect(!op.waitUntilFinished(timeout: .milliseconds(20)), "returned before the operation finished")
+        let waiterDone = Gate()
+        spawnThread {
+            op.waitUntilFinished()
+            waiterDone.open()
+        }
+        #expect(staysFalse { waiterDone.opened })
+        gate.open()
+        #expect(waiterDone.wait())
+        #expect(finishedBody.value)
+        #expect(op.isFinished)
+    }
+
+    @Test("waitUntilFinished waits for an asynchronous operation to call finish()")
+    func waitForAsynchronousOperation() {
+        let gate = Gate()
+        let completion = Box(false)
+        let op = AsyncOperation { operation in
+            DispatchQueue.global().async {
+                gate.wait()
+                operation.finish()
+            }
+        }
+        op.completionBlock = { completion.value = true }
+        op.start()
+        #expect(op.isExecuting)
+        #expect(!op.waitUntilFinished(timeout: .milliseconds(20)))
+        gate.open()
+        #expect(op.waitUntilFinished(timeout: patience))
+        #expect(op.isFinished)
+        #expect(completion.value, "waitUntilFinished returned before the completion block ran")
+    }
+
+    @Test("waitUntilFinished on a finished operation returns at once")
+    func waitOnFinished() {
+        let op = BlockOperation {}
+        op.start()
+        #expect(completesInTime(timeout: .seconds(2)) { op.waitUntilFinished() })
+    }
+
+    @Test("threadPriority defaults to 0.5 and keeps valid values")
+    func threadPriority() {
+        let op = BlockOperation {}
+        #expect(op.threadPriority == 0.5)
+        op.threadPriority = 0.2
+        #expect(op.threadPriority == 0.2)
+        op.threadPriority = 1.0
+        #expect(op.threadPriority == 1.0)
+        op.threadPriority = 0.0
+        #expect(op.threadPriority == 0.0)
+        op.start()
+        #expect(op.isFinished)
+    }
+
+    @Test("threadPriority outside 0...1 is refused", arguments: [1.5, -0.1, Double.nan, Double.infinity])
+    func threadPriorityValidation(value: Double) {
+        let op = BlockOperation {}
+        op.name = "priority"
+        op.threadPriority = 0.3
+        let reported = misuses { op.threadPriority = value }
+        #expect(reported.map(\.code) == [.invalidThreadPriority])
+        #expect(reported.first?.message.contains("\"priority\"") == true)
+        #expect(op.threadPriority == 0.3)
+    }
+
+    @Test("an operation with a custom thread priority runs main and finishes")
+    func threadPriorityRuns() {
+        let ran = Counter()
+        let low = BlockOperation { ran.increment() }
+        low.threadPriority = 0.1
+        let high = BlockOperation { ran.increment() }
+        high.threadPriority = 0.9
+        let queue = makeQueue("thread-priority")
+        queue.addOperations([low, high], waitUntilFinished: false)
+        #expect(queue.waitUntilAllOperationsAreFinished(timeout: patience))
+        #expect(ran.count == 2)
+    }
+
+    @Test("qualityOfService defaults to .default and uses Foundation's raw values")
+    func qualityOfService() {
+        let op = BlockOperation {}
+        #expect(op.qualityOfService == .default)
+        op.qualityOfService = .utility
+        #expect(op.qualityOfService == .utility)
+        op.qualityOfService = .userInteractive
+        #expect(op.qualityOfService == .userInteractive)
+        #expect(QualityOfService.userInteractive.rawValue == 0x21)
+        #expect(QualityOfService.userInitiated.rawValue == 0x19)
+        #expect(QualityOfService.utility.rawValue == 0x11)
+        #expect(QualityOfService.background.rawValue == 0x09)
+        #expect(QualityOfService.default.rawValue == -1)
+        #expect(QualityOfService.background < .utility && QualityOfService.utility < .default)
+        #expect(QualityOfService.default < .userInitiated && QualityOfService.userInitiated < .userInteractive)
+    }
+
+    @Test("operations of every quality of service run")
+    func qualityOfServiceRuns() {
+        let queue = makeQueue("qos")
+        let ran = Counter()
+        let ops = QualityOfService.allCases.map { qos -> Operation in
+            let op = BlockOperation { ran.increment() }
+            op.qualityOfService = qos
+            return op
+        }
+        queue.addOperations(ops, waitUntilFinished: false)
+        #expect(queue.waitUntilAllOperationsAreFinished(timeout: patience))
+        #expect(ran.count == QualityOfService.allCases.count)
+    }
+
+    @Test("queuePriority uses Foundation's raw values")
+    func queuePriorityValues() {
+        #expect(Operation.QueuePriority.veryLow.rawValue == -8)
+        #expect(Operation.QueuePriority.low.rawValue == -4)
+        #expect(Operation.QueuePriority.normal.rawValue == 0)
+        #expect(Operation.QueuePriority.high.rawValue == 4)
+        #expect(Operation.QueuePriority.veryHigh.rawValue == 8)
+        let op = BlockOperation {}
+        for priority in Operation.QueuePriority.allCases {
+            op.queuePriority = priority
+            #expect(op.queuePriority == priority)
+        }
+    }
+
+    @Test("name is nil by default, settable, and appears in the description")
+    func name() {
+        let op = BlockOperation {}
+        #expect(op.name == nil)
+        op.name = "resize"
+        #expect(op.name == "resize")
+        #expect(op.description.contains("resize"))
+        op.name = nil
+        #expect(op.name == nil)
+    }
+
+    @Test("operations are equal and hash by identity")
+    func hashableByIdentity() {
+        let a = BlockOperation {}
+        let b = BlockOperation {}
+        a.name = "same"
+        b.name = "same"
+        #expect(a == a)
+        #expect(a != b)
+        let set: Set<Operation> = [a, b, a]
+        #expect(set.count == 2)
+        #expect(set.contains(a) && set.contains(b))
+        var dictionary: [Operation: Int] = [a: 1]
+        dictionary[b] = 2
+        #expect(dictionary[a] == 1 && dictionary[b] == 2)
+    }
+}

@@ -1,3 +1,0 @@
-import Testing
-@testable import Operations
-@Test func smoke() { #expect(BlockOperation().isReady) }

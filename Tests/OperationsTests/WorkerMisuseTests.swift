@@ -1,0 +1,186 @@
+// Misuse detected on worker threads (waits that could never end, from
+// inside an operation), recorded through the process-wide handler; and
+// exit tests proving that the default policy traps with a message naming
+// the operation.
+
+import Dispatch
+import Synchronization
+import Testing
+@testable import Operations
+
+/// Installs a process-wide handler for the duration of `body`, recording
+/// misuses whose message contains `tag` (other suites run in parallel; their
+/// misuses are recorded elsewhere or refused too), then restores nil.
+private func withProcessHandler(tag: String, _ body: (Recorder<OperationMisuse>) -> Void) {
+    let log = Recorder<OperationMisuse>()
+    OperationMisuse.handler = { misuse in
+        if misuse.message.contains(tag) { log.record(misuse) }
+    }
+    defer { OperationMisuse.handler = nil }
+    body(log)
+}
+
+@Suite("Misuse on worker threads", .serialized)
+struct WorkerMisuseTests {
+    @Test("waiting, inside an operation of a serial queue, for an operation queued behind it")
+    func waitForLaterOperationOnSerialQueue() {
+        withProcessHandler(tag: "serial-") { log in
+            let order = Recorder<String>()
+            let queue = makeQueue("serial-waits", width: 1)
+            let later = BlockOperation { order.record("later") }
+            later.name = "serial-later"
+            let waiter = BlockOperation {
+                later.waitUntilFinished()
+                order.record("waiter continued")
+            }
+            waiter.name = "serial-waiter"
+            queue.addOperations([waiter, later], waitUntilFinished: false)
+            #expect(queue.waitUntilAllOperationsAreFinished(timeout: patience), "the wait deadlocked the serial queue")
+            let reported = log.events
+            #expect(reported.map(\.code) == [.waitDeadlock])
+            #expect(reported.first?.message.contains("\"serial-later\"") == true)
+            #expect(reported.first?.message.contains("\"serial-waiter\"") == true)
+            #expect(order.events == ["waiter continued", "later"])
+            unrelatedWorkStillRuns()
+        }
+    }
+
+    @Test("waiting, inside an operation, for an operation that depends on it")
+    func waitForDependent() {
+        withProcessHandler(tag: "dependent-") { log in
+            let order = Recorder<String>()
+            let queue = makeQueue("dependent-waits")
+            let dependent = BlockOperation { order.record("dependent") }
+            dependent.name = "dependent-child"
+            let waiter = BlockOperation {
+                dependent.waitUntilFinished()
+                order.record("waiter continued")
+            }
+            waiter.name = "dependent-parent"
+            dependent.addDependency(waiter)
+            queue.addOperations([waiter, dependent], waitUntilFinished: false)
+            #expect(queue.waitUntilAllOperationsAreFinished(timeout: patience), "the wait deadlocked")
+            let reported = log.events
+            #expect(reported.map(\.code) == [.waitDeadlock])
+            #expect(reported.first?.message.contains("\"dependent-child\"") == true)
+            #expect(reported.first?.message.contains("\"dependent-parent\"") == true)
+            #expect(order.events == ["waiter continued", "dependent"])
+            unrelatedWorkStillRuns()
+        }
+    }
+
+    @Test("waiting for its own queue (waitUntilAllOperationsAreFinished) from inside an operation")
+    func waitForOwnQueue() {
+        withProcessHandler(tag: "own-queue") { log in
+            let continued = Counter()
+            let queue = makeQueue("own-queue")
+            let waiter = BlockOperation {
+                queue.waitUntilAllOperationsAreFinished()
+                continued.increment()
+            }
+            waiter.name = "own-queue-waiter"
+            queue.addOperation(waiter)
+            #expect(queue.waitUntilAllOperationsAreFinished(timeout: patience), "the wait deadlocked its own queue")
+            let reported = log.events
+            #expect(reported.map(\.code) == [.waitDeadlock])
+            #expect(reported.first?.message.contains("\"own-queue\"") == true)
+            #expect(reported.first?.message.contains("\"own-queue-waiter\"") == true)
+            #expect(continued.count == 1)
+            unrelatedWorkStillRuns()
+        }
+    }
+
+    @Test("waiting for its own queue from a completion block")
+    func waitForOwnQueueFromCompletion() {
+        withProcessHandler(tag: "completion-queue") { log in
+            let queue = makeQueue("completion-queue")
+            let op = BlockOperation {}
+            op.name = "completion-queue-op"
+            op.completionBlock = { queue.waitUntilAllOperationsAreFinished() }
+            queue.addOperation(op)
+            #expect(queue.waitUntilAllOperationsAreFinished(timeout: patience), "the completion block deadlocked its queue")
+            #expect(log.events.map(\.code) == [.waitDeadlock])
+            unrelatedWorkStillRuns()
+        }
+    }
+
+    @Test("waits that can end are not misuse: a concurrent queue, another queue, a finished operation")
+    func legitimateWaitsAreNotReported() {
+        withProcessHandler(tag: "legit-") { log in
+            let queue = makeQueue("legit-concurrent")
+            let other = makeQueue("legit-other")
+            let later = BlockOperation {}
+            later.name = "legit-later"
+            let elsewhere = BlockOperation {}
+            elsewhere.name = "legit-elsewhere"
+            let waiter = BlockOperation {
+                later.waitUntilFinished()
+                other.waitUntilAllOperationsAreFinished()
+                elsewhere.waitUntilFinished()
+            }
+            waiter.name = "legit-waiter"
+            queue.addOperation(waiter)
+            queue.addOperation(later)
+            other.addOperation(elsewhere)
+            #expect(queue.waitUntilAllOperationsAreFinished(timeout: patience))
+            #expect(log.events.isEmpty, "\(log.events.map(\.message))")
+        }
+    }
+}
+
+@Suite("Default misuse policy traps")
+struct MisuseExitTests {
+    @Test("start() twice traps with a message naming the operation")
+    func startTwiceTraps() async {
+        let result = await #expect(processExitsWith: .failure, observing: [\.standardErrorContent]) {
+            let op = BlockOperation {}
+            op.name = "exit-start-twice"
+            op.start()
+            op.start()
+        }
+        if let result {
+            let text = String(decoding: result.standardErrorContent, as: UTF8.self)
+            #expect(text.contains("\"exit-start-twice\""), "stderr: \(text)")
+            #expect(text.contains("startAfterFinished"))
+        }
+    }
+
+    @Test("a dependency cycle traps with a message naming the operations")
+    func cycleTraps() async {
+        let result = await #expect(processExitsWith: .failure, observing: [\.standardErrorContent]) {
+            let a = BlockOperation {}
+            a.name = "exit-cycle-A"
+            let b = BlockOperation {}
+            b.name = "exit-cycle-B"
+            a.addDependency(b)
+            b.addDependency(a)
+        }
+        if let result {
+            let text = String(decoding: result.standardErrorContent, as: UTF8.self)
+            #expect(text.contains("\"exit-cycle-A\"") && text.contains("\"exit-cycle-B\""), "stderr: \(text)")
+            #expect(text.contains("dependencyCycle"))
+        }
+    }
+
+    @Test("a wait deadlock on a worker thread traps with a message naming the operation and queue")
+    func workerDeadlockTraps() async {
+        let result = await #expect(processExitsWith: .failure, observing: [\.standardErrorContent]) {
+            let queue = OperationQueue()
+            queue.name = "exit-serial"
+            queue.maxConcurrentOperationCount = 1
+            let later = BlockOperation {}
+            later.name = "exit-later"
+            let waiter = BlockOperation { later.waitUntilFinished() }
+            waiter.name = "exit-waiter"
+            queue.addOperations([waiter, later], waitUntilFinished: false)
+            // The trap ends the process; if it never comes, give up and
+            // exit successfully so that the expectation fails.
+            if !queue.waitUntilAllOperationsAreFinished(timeout: .seconds(20)) { return }
+        }
+        if let result {
+            let text = String(decoding: result.standardErrorContent, as: UTF8.self)
+            #expect(text.contains("\"exit-later\"") && text.contains("\"exit-waiter\""), "stderr: \(text)")
+            #expect(text.contains("waitDeadlock"))
+        }
+    }
+}
