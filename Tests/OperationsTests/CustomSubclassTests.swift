@@ -185,11 +185,16 @@ struct CustomSubclassTests {
         let log = Recorder<String>()
         let release = Gate()
         let op = makeListingOperation("listing", log: log, release: release)
+        // A key path to a property that a *final* class overrides is a
+        // different key path in Swift, which the library cannot name; observe
+        // through `Operation` (or by string key) to get Foundation's exact
+        // will/did semantics. See `Operation.observe`.
+        let observed: Operation = op
         let tokens = [
-            op.observe(\.isExecuting, options: [.prior, .old, .new]) { _, change in
+            observed.observe(\.isExecuting, options: [.prior, .old, .new]) { _, change in
                 log.record("\(change.isPrior ? "will" : "did") isExecuting \(change.oldValue.map { "\($0)" } ?? "-")→\(change.newValue.map { "\($0)" } ?? "-")")
             },
-            op.observe(\.isFinished, options: [.prior, .old, .new]) { _, change in
+            observed.observe(\.isFinished, options: [.prior, .old, .new]) { _, change in
                 log.record("\(change.isPrior ? "will" : "did") isFinished \(change.oldValue.map { "\($0)" } ?? "-")→\(change.newValue.map { "\($0)" } ?? "-")")
             },
         ]

@@ -52,6 +52,18 @@ private final class ConstantStateOperation: Operation, @unchecked Sendable {
     override var isExecuting: Bool { false }
 }
 
+/// A final class overriding `isExecuting` and announcing its changes.
+private final class TogglingOperation: Operation, @unchecked Sendable {
+    // @unchecked Sendable: `executing` is only changed from the test's thread.
+    private nonisolated(unsafe) var executing = false
+    override var isExecuting: Bool { executing }
+    func toggle() {
+        willChangeValue(forKey: "isExecuting")
+        executing.toggle()
+        didChangeValue(forKey: "isExecuting")
+    }
+}
+
 @Suite("Observation")
 struct ObservationTests {
     // MARK: The article's sequences
@@ -375,10 +387,13 @@ struct ObservationTests {
         withExtendedLifetime(token) {}
     }
 
-    @Test("key-path observation of an overridden lifecycle property is a named key: .prior and will-time old values")
+    @Test("key-path observation of an overridden lifecycle property through Operation is a named key: .prior and will-time old values")
     func overriddenLifecyclePropertyKeyPath() {
         let log = Recorder<String>()
-        let op = ConstantStateOperation()
+        // `ConstantStateOperation` is final: `\ConstantStateOperation.isExecuting`
+        // names its override, a key path the library cannot name, so observe
+        // through `Operation` (see the next test for the direct form).
+        let op: Operation = ConstantStateOperation()
         let token = op.observe(\.isExecuting, options: [.prior, .old, .new]) { _, change in
             log.record("prior=\(change.isPrior) old=\(yesNo(change.oldValue)) new=\(yesNo(change.newValue))")
         }
@@ -387,6 +402,19 @@ struct ObservationTests {
         op.willChangeValue(forKey: "isExecuting")
         op.didChangeValue(forKey: "isExecuting")
         #expect(log.events == ["prior=true old=NO new=nil", "prior=false old=NO new=NO"])
+        withExtendedLifetime(token) {}
+    }
+
+    @Test("a key path to a final class's override still reports announced changes of its value")
+    func finalOverrideKeyPathReportsChanges() {
+        let log = Recorder<String>()
+        let op = TogglingOperation()
+        let token = op.observe(\.isExecuting, options: [.old, .new]) { _, change in
+            log.record("old=\(yesNo(change.oldValue)) new=\(yesNo(change.newValue))")
+        }
+        op.toggle()
+        op.toggle()
+        #expect(log.events == ["old=NO new=YES", "old=YES new=NO"])
         withExtendedLifetime(token) {}
     }
 

@@ -83,10 +83,14 @@ struct OperationLifecycleTests {
         let iterations = Counter()
         let op = BlockOperation()
         op.addExecutionBlock { [unowned op] in
-            started.open()
             let clock = ContinuousClock()
             let deadline = clock.now + patience
-            while !op.isCancelled && clock.now < deadline { iterations.increment() }
+            // Open the gate from inside the loop, so at least one iteration
+            // has run before the test cancels.
+            while !op.isCancelled && clock.now < deadline {
+                iterations.increment()
+                started.open()
+            }
         }
         let queue = makeQueue("polling")
         queue.addOperation(op)

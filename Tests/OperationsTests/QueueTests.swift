@@ -322,8 +322,13 @@ struct QueueTests {
     func progressHalfway() {
         let queue = makeQueue("progress-half", width: 1)
         let release = Gate()
+        // Progress counts the work added since the queue was last empty: add
+        // both while suspended, so that the first cannot finish (emptying the
+        // queue) before the second is added.
+        queue.isSuspended = true
         queue.addOperation {}
         queue.addOperation { release.wait() }
+        queue.isSuspended = false
         #expect(waitUntil { queue.progress.completedUnitCount == 1 })
         #expect(queue.progress.totalUnitCount == 2)
         #expect(queue.progress.fractionCompleted == 0.5)

@@ -29,6 +29,7 @@ extension OperationQueue {
         } onCancel: {
             gate.resume()
         }
+        waitForRetirementsInProgress()
     }
 
     /// Runs `body` as an operation of this queue and returns its value.

@@ -18,6 +18,15 @@ extension KeyValueObservable where Self: Operation {
     /// subclass's own property), the handler runs after any announced change
     /// that altered the key path's value; announce it with `didChangeValue`.
     ///
+    /// A key path to a property that a **final** subclass overrides (for
+    /// example `\.isExecuting` on `final class Download: Operation` that
+    /// overrides `isExecuting`) is, in Swift, a different key path from the
+    /// base class's, and carries no name: the library then treats it like a
+    /// subclass's own property (reported after changes of its value, without
+    /// `.prior`). For Foundation's exact will/did semantics in that case,
+    /// observe through `Operation` (`(download as Operation).observe(\.isExecuting)`)
+    /// or by string key (`observe(key: "isExecuting")`).
+    ///
     /// Notifications arrive on the thread that made the change, in the order
     /// of the changes, never while a library lock is held. For lifecycle
     /// changes the order is the one Foundation produces, for example

@@ -118,7 +118,11 @@ final class ConcurrentBlocks: Sendable {
     }
 
     func run() {
-        let helpers = min(blocks.count - 1, WorkerPool.shared.targetConcurrency)
+        // One helper job per extra block, as Foundation submits every block
+        // to a concurrent queue: if blocks block (or wait for each other),
+        // the pool grows and runs the rest. A helper that finds no block left
+        // returns at once.
+        let helpers = blocks.count - 1
         for _ in 0..<helpers {
             WorkerPool.shared.submit(ClosureJob { [self] in self.helpOnPoolThread() }, qos: operation.loadState().qosIndex)
         }

@@ -221,6 +221,14 @@ extension Operation {
     /// Called after the queue's bookkeeping, so that a woken waiter sees the
     /// operation gone from its queue.
     final func completeRetirement() {
+        for callback in takeRetirement() { callback() }
+    }
+
+    /// Marks the operation retired and returns its retire callbacks
+    /// (waiters) without running them, so that a caller can first drop its
+    /// own references: a woken waiter then finds the operation released if
+    /// nothing else holds it.
+    final func takeRetirement() -> [@Sendable () -> Void] {
         var callbacks: [@Sendable () -> Void] = []
         withStateLock { state in
             state.retire()
@@ -230,7 +238,7 @@ extension Operation {
                 extras.retireCallbacks = []
             }
         }
-        for callback in callbacks { callback() }
+        return callbacks
     }
 
     /// One of this operation's counted dependencies finished (`dependency`

@@ -417,6 +417,7 @@ open class Operation: @unchecked Sendable {
     /// serial queue) is a misuse (``OperationMisuse/Code/waitDeadlock``)
     /// instead of a silent hang. On a pool worker, the pool starts another
     /// worker while this one waits, so waits cannot starve the pool.
+    @available(*, noasync, message: "Blocks a thread; in async code use `await operation.finished()`.")
     open func waitUntilFinished() {
         performWait(deadline: nil)
     }

@@ -1,4 +1,11 @@
 import Dispatch
+#if canImport(Glibc)
+import Glibc
+#elseif canImport(Musl)
+import Musl
+#elseif canImport(Darwin)
+import Darwin
+#endif
 
 extension Operation {
     /// Claims the operation for `queue`. Returns why it cannot be queued (and
@@ -262,6 +269,7 @@ extension OperationQueue {
         while true {
             var stalled = false
             let released = toRetire.flatMap { scheduler.retire($0) }
+            if toRetire != nil { retiringNow.add(1, ordering: .relaxed) }
             let selfRelease = toRetire != nil ? takeSelfRetainIfEmptyLocked() : nil
             if !context.deferredAdmissions.isEmpty { admitDeferredLocked(context) }
             if startedInSlice > 0, shouldYieldSlice(worker: worker, pool: pool, started: startedInSlice, since: sliceStart) {
@@ -278,14 +286,12 @@ extension OperationQueue {
             let wakeups = toRetire != nil ? scheduler.takeWakeups() : Wakeups()
             lock.unlock()
 
-            if let finished = toRetire {
-                toRetire = nil
-                finished.completeRetirement()
-                if isObserved { notifyDidChange(["operations", "operationCount"]) }
-                emit(.finished(finished))
-                if wakeups.drained { emit(.drained) }
-            }
-            withExtendedLifetime(released) {}
+            // Retire the finished operation and drop every reference this
+            // loop holds to it before waking its waiters.
+            let retiring = toRetire != nil
+            let retireCallbacks = retireFinished(&toRetire, released: consume released, isObserved: isObserved, wakeups: wakeups)
+            if retiring { retiringNow.subtract(1, ordering: .releasing) }
+            for callback in retireCallbacks { callback() }
             selfRelease?.release()  // the drain job still holds the queue
             wakeups.fire()
             startDrainers(tickets)
@@ -320,6 +326,38 @@ extension OperationQueue {
         }
         context.queueReference = savedQueue
         if yielded { startDrainers(1) }
+    }
+
+    /// Completes the retirement of the operation in `slot` and releases the
+    /// caller's references to it (`slot` and `released`); returns its
+    /// waiters' callbacks, to run once nothing here holds the operation.
+    @inline(__always)
+    private func retireFinished(
+        _ slot: inout Operation?,
+        released: consuming Operation?,
+        isObserved: Bool,
+        wakeups: Wakeups
+    ) -> [@Sendable () -> Void] {
+        guard let finished = slot else { return [] }
+        slot = nil
+        _ = consume released
+        if isObserved { notifyDidChange(["operations", "operationCount"]) }
+        emit(.finished(finished))
+        if wakeups.drained { emit(.drained) }
+        // Last: publish the retirement, then drop the final reference.
+        return finished.takeRetirement()
+    }
+
+    /// Waits (briefly, bounded) until no drain loop is between retiring an
+    /// operation and dropping its references to it.
+    final func waitForRetirementsInProgress() {
+        guard retiringNow.load(ordering: .acquiring) > 0 else { return }
+        // Normally nanoseconds; bounded (2 s) in case the drain thread is
+        // preempted for long on a loaded machine.
+        let deadline = monotonicNanoseconds() &+ 2_000_000_000
+        while retiringNow.load(ordering: .acquiring) > 0, monotonicNanoseconds() < deadline {
+            sched_yield()
+        }
     }
 
     /// Whether a drain loop should give its thread back: the pool is
@@ -444,7 +482,7 @@ extension OperationQueue {
         let tickets = scheduler.drainersNeeded()
         let stalled = scheduler.isStalled
         lock.unlock()
-        withExtendedLifetime(released) {}
+        _ = consume released
         operation.completeRetirement()
         wakeups.fire()
         startDrainers(tickets)

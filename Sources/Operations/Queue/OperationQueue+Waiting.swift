@@ -4,6 +4,7 @@ extension OperationQueue {
     ///
     /// Like ``waitUntilAllOperationsAreFinished()``, with a bound: useful in
     /// tests and wherever a hang must become a diagnosable failure.
+    @available(*, noasync, message: "Blocks a thread; in async code use `await queue.drained()`.")
     public func waitUntilAllOperationsAreFinished(timeout: Duration) -> Bool {
         waitUntilEmpty(deadline: Self.deadline(after: timeout))
     }
@@ -38,6 +39,7 @@ extension OperationQueue {
             return runOnCallingThread(until: { [unowned self] in self.operationCount == 0 }, deadline: deadline)
         }
         let signal = WaitSignal()
+        defer { waitForRetirementsInProgress() }
         let empty = lock.withLock { () -> Bool in
             if scheduler.count == 0 { return true }
             // On a timeout the callback stays until the queue drains; it only
@@ -58,6 +60,7 @@ extension OperationQueue {
         for operation in operations.reversed() {
             guard operation.performWait(deadline: nil) else { return }
         }
+        waitForRetirementsInProgress()
     }
 
     /// Runs this queue's operations on the calling thread until `done`
@@ -105,7 +108,7 @@ extension OperationQueue {
             let wakeups = scheduler.takeWakeups()
             let tickets = scheduler.drainersNeeded()
             lock.unlock()
-            withExtendedLifetime(released) {}
+            _ = consume released
             if retire {
                 operation.completeRetirement()
                 emit(.finished(operation))
@@ -123,6 +126,7 @@ extension OperationQueue {
 extension Operation {
     /// Blocks until the operation has finished (and its completion block
     /// has run) or `timeout` passes. Returns whether it finished.
+    @available(*, noasync, message: "Blocks a thread; in async code use `await operation.finished()`.")
     public func waitUntilFinished(timeout: Duration) -> Bool {
         performWait(deadline: OperationQueue.deadline(after: timeout))
     }

@@ -64,6 +64,11 @@ open class OperationQueue: @unchecked Sendable {
     @exclusivity(unchecked) final var retainedSelf: Unmanaged<OperationQueue>?
     /// What synchronous adds do when the pending limit is reached.
     final var pendingLimitPolicy: PendingLimitPolicy = .block
+    /// Drain loops between retiring an operation (under the lock) and
+    /// dropping their last references to it. Waits that find their condition
+    /// met wait for this to reach zero, so that an operation the caller no
+    /// longer holds is already released when the wait returns.
+    final let retiringNow = Atomic<Int>(0)
     /// Subscribers to `events`, by id.
     final var eventSinks: [Int: AsyncStream<Event>.Continuation] = [:]
     final var nextEventSinkID = 0
@@ -164,9 +169,10 @@ open class OperationQueue: @unchecked Sendable {
                 scheduler.isSuspended = newValue
                 return scheduler.drainersNeeded()
             }
-            startDrainers(tickets)
+            // Tell observers before any operation can start because of it.
             notifyDidChange(["isSuspended"])
             emit(.suspended(newValue))
+            startDrainers(tickets)
         }
     }
 
@@ -272,6 +278,7 @@ open class OperationQueue: @unchecked Sendable {
     /// blocks) can never end and is a misuse
     /// (``OperationMisuse/Code/waitDeadlock``). On the main thread, waiting
     /// for ``OperationQueue/main`` runs its operations on this thread.
+    @available(*, noasync, message: "Blocks a thread; in async code use `await queue.drained()`.")
     open func waitUntilAllOperationsAreFinished() {
         waitUntilEmpty(deadline: nil)
     }
