@@ -28,6 +28,7 @@ public struct DependencyError: Error, Sendable, CustomStringConvertible {
     /// What happened to it.
     public let reason: Reason
 
+    /// A short human-readable form.
     public var description: String {
         switch reason {
         case .failed(let error): return "\(dependency.misuseSubject) failed: \(error)"

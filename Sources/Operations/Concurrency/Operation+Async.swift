@@ -60,7 +60,14 @@ extension Operation {
     public struct StateChange: Sendable, Hashable, CustomStringConvertible {
         /// The lifecycle properties.
         public enum Key: String, Sendable, Hashable, CaseIterable {
-            case isReady, isCancelled, isExecuting, isFinished
+            /// ``Operation/isReady``.
+            case isReady
+            /// ``Operation/isCancelled``.
+            case isCancelled
+            /// ``Operation/isExecuting``.
+            case isExecuting
+            /// ``Operation/isFinished``.
+            case isFinished
         }
 
         /// Which property changed.
@@ -70,6 +77,7 @@ extension Operation {
         /// Its value after the change.
         public let newValue: Bool
 
+        /// A short human-readable form.
         public var description: String {
             "\(key.rawValue) \(oldValue ? "YES" : "NO")→\(newValue ? "YES" : "NO")"
         }

@@ -91,6 +91,7 @@ extension OperationQueue {
         /// The queue became empty.
         case drained
 
+        /// A short human-readable form.
         public var description: String {
             switch self {
             case .added(let operation): return "added \(operation.misuseSubject)"

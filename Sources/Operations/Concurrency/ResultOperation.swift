@@ -119,6 +119,9 @@ open class ResultOperation<Success: Sendable, Failure: Error>: Operation, @unche
 
     // MARK: Running
 
+    /// Starts the body: a synchronous body runs through `main()` on the
+    /// calling thread; an `async` body starts in a task and the operation
+    /// stays executing until it returns.
     open override func start() {
         guard hasAsyncBody else {
             super.start()

@@ -3,7 +3,9 @@ import Synchronization
 /// What an observer wants to receive, shaped like Foundation's
 /// `NSKeyValueObservingOptions` (same raw values).
 public struct ObservationOptions: OptionSet, Sendable, Hashable {
+    /// The option bits, with Foundation's values.
     public let rawValue: UInt
+    /// Creates options from their bits.
     public init(rawValue: UInt) { self.rawValue = rawValue }
 
     /// Include the new value in each change.
@@ -21,9 +23,13 @@ public struct ObservedChange<Value> {
     /// The kind of change, with Foundation's raw values. Operations and
     /// queues only ever report `.setting`.
     public enum Kind: UInt, Sendable {
+        /// The value was set (the only kind operations and queues report).
         case setting = 1
+        /// Elements were inserted into a collection value.
         case insertion = 2
+        /// Elements were removed from a collection value.
         case removal = 3
+        /// Elements of a collection value were replaced.
         case replacement = 4
     }
 
@@ -48,6 +54,7 @@ public struct ObservedChange<Value> {
 extension ObservedChange: Sendable where Value: Sendable {}
 
 extension ObservedChange: CustomStringConvertible {
+    /// A short human-readable form.
     public var description: String {
         var parts = ["kind = \(kind.rawValue)"]
         if let newValue { parts.append("new = \(newValue)") }

@@ -45,6 +45,7 @@ public enum QualityOfService: Int, Sendable, CaseIterable, Comparable, CustomStr
         lhs.index < rhs.index
     }
 
+    /// A short human-readable form.
     public var description: String {
         switch self {
         case .userInteractive: return "userInteractive"
@@ -75,10 +76,15 @@ extension Operation {
     /// Priority orders only operations that are ready and in the same queue;
     /// it never overrides a dependency.
     public enum QueuePriority: Int, Sendable, CaseIterable, Comparable, CustomStringConvertible {
+        /// Foundation's `.veryLow` (-8).
         case veryLow = -8
+        /// Foundation's `.low` (-4).
         case low = -4
+        /// The default (0).
         case normal = 0
+        /// Foundation's `.high` (4).
         case high = 4
+        /// Foundation's `.veryHigh` (8).
         case veryHigh = 8
 
         /// 0 (very low) ... 4 (very high).
@@ -102,10 +108,12 @@ extension Operation {
             }
         }
 
+        /// Ordered by raw value: very low < low < normal < high < very high.
         public static func < (lhs: QueuePriority, rhs: QueuePriority) -> Bool {
             lhs.rawValue < rhs.rawValue
         }
 
+        /// A short human-readable form.
         public var description: String {
             switch self {
             case .veryLow: return "veryLow"

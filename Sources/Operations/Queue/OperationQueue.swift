@@ -344,6 +344,7 @@ public struct QueueProgress: Sendable, Hashable, CustomStringConvertible {
     /// Whether every operation added has finished.
     public var isFinished: Bool { completedUnitCount == totalUnitCount }
 
+    /// "completed/total", for example "3/10".
     public var description: String { "\(completedUnitCount)/\(totalUnitCount)" }
 }
 

@@ -28,6 +28,7 @@ public struct OperationMisuse: Error, Sendable, CustomStringConvertible {
         public let rawValue: String
         /// Creates a code. Library codes are the static members.
         public init(_ rawValue: String) { self.rawValue = rawValue }
+        /// The code's identifier.
         public var description: String { rawValue }
 
         /// `start()` was called on an operation whose `isReady` is false.
@@ -74,6 +75,7 @@ public struct OperationMisuse: Error, Sendable, CustomStringConvertible {
     /// A complete sentence naming the subject, the mistake and the fix.
     public let message: String
 
+    /// The full message.
     public var description: String { message }
 
     /// Receives misuses. If it returns, the offending call is refused.
