@@ -105,71 +105,86 @@ extension OperationQueue {
         if observedNow { notifyWillChange(["operations", "operationCount"]) }
 
         unowned(unsafe) let context = ThreadContext.current
-        var barrier = lock.withLock { scheduler.lastBarrier }
-        var tickets = 0
+        var (barrier, limited) = lock.withLock { (scheduler.lastBarrier, scheduler.pendingLimit != nil) }
         var stalled = false
         var recheck: [Operation] = []
-        var wakeups = Wakeups()
-        while true {
+        // Large batches are linked in chunks, releasing the lock in between,
+        // so that drain loops start running the first operations while the
+        // rest are linked. A batch under a pending limit is one chunk, so
+        // that the limit holds exactly.
+        let chunkSize = limited ? accepted.count : 256
+        var linked = 0
+        while linked < accepted.count {
+            let end = min(linked + chunkSize, accepted.count)
+            let chunk = accepted[linked..<end]
             if let barrier {
-                for operation in accepted where operation !== barrier {
+                for operation in chunk where operation !== barrier {
                     operation.addDependency(barrier, hidden: true)
                 }
             }
             // `isReady` may be overridden: ask outside the lock.
-            let readiness = accepted.map { $0.isReady }
+            let readiness = chunk.map { $0.isReady }
             lock.lock()
             if scheduler.lastBarrier !== barrier, !(scheduler.lastBarrier.map { accepted.contains($0) } ?? false) {
-                // A barrier was added meanwhile: these operations come after it.
+                // A barrier was added meanwhile: what is not linked yet comes after it.
                 barrier = scheduler.lastBarrier
                 lock.unlock()
                 continue
             }
-            if !scheduler.hasRoom(for: accepted.count) {
-                // Adds from the queue's own operations are never held back:
-                // they could wait for themselves.
-                let fromInside = context.queue === self && context.operation != nil
-                if !fromInside {
-                    let policy = pendingLimitPolicy
-                    if mode == .attempt || policy == .reject {
+            if linked == 0, scheduler.pendingLimit != nil {
+                if !scheduler.hasRoom(for: accepted.count) {
+                    // Adds from the queue's own operations are never held back:
+                    // they could wait for themselves.
+                    let fromInside = context.queue === self && context.operation != nil
+                    if !fromInside {
+                        let policy = pendingLimitPolicy
+                        if mode == .attempt || policy == .reject {
+                            lock.unlock()
+                            refuseForLackOfRoom(accepted, cancel: mode == .synchronous)
+                            return mode == .attempt ? nil : []
+                        }
+                        let signal = WaitSignal()
+                        scheduler.roomWaiters.append((accepted.count, { signal.signal() }))
                         lock.unlock()
-                        refuseForLackOfRoom(accepted, cancel: mode == .synchronous)
-                        return mode == .attempt ? nil : []
+                        WorkerPool.shared.blocking(context: context) { _ = signal.wait() }
+                        continue
                     }
-                    let signal = WaitSignal()
-                    scheduler.roomWaiters.append((accepted.count, { signal.signal() }))
-                    lock.unlock()
-                    WorkerPool.shared.blocking(context: context) { _ = signal.wait() }
-                    continue
                 }
             }
-            for (index, operation) in accepted.enumerated() {
-                scheduler.link(operation)
-                retainSelfIfNeededLocked()
-                let baseReady = operation.loadState().isReady
-                if readiness[index] && baseReady {
-                    scheduler.pushReady(operation, lane: operation.readyLane)
-                } else if baseReady {
-                    recheck.append(operation)
-                }
-            }
-            for _ in 0..<min(accepted.count, WorkerPool.shared.targetConcurrency) {
+            linkLocked(chunk, readiness: readiness, recheck: &recheck)
+            var tickets = 0
+            for _ in 0..<min(end - linked, WorkerPool.shared.targetConcurrency) {
                 let needed = scheduler.drainersNeeded()
                 if needed == 0 { break }
                 tickets += needed
             }
             stalled = scheduler.isStalled
-            wakeups = scheduler.takeWakeups()
+            let wakeups = scheduler.takeWakeups()
+            let executor = tickets > 0 ? drainExecutorLocked() : nil
             lock.unlock()
-            break
+            if let executor { post(drainers: tickets, to: executor) }
+            wakeups.fire()
+            linked = end
         }
         for operation in accepted { emit(.added(operation)) }
-        startDrainers(tickets)
-        wakeups.fire()
         for operation in recheck { operationReadinessMayHaveChanged(operation) }
         if observedNow { notifyDidChange(["operations", "operationCount"]) }
         if stalled { checkStall() }
         return accepted
+    }
+
+    /// Links `operations` and admits the ready ones. Call with `lock` held.
+    private func linkLocked(_ operations: ArraySlice<Operation>, readiness: [Bool], recheck: inout [Operation]) {
+        for (offset, operation) in operations.enumerated() {
+            scheduler.link(operation)
+            retainSelfIfNeededLocked()
+            let baseReady = operation.loadState().isReady
+            if readiness[offset] && baseReady {
+                scheduler.pushReady(operation, lane: operation.readyLane)
+            } else if baseReady {
+                recheck.append(operation)
+            }
+        }
     }
 
     private func reportRefusedAdd(
