@@ -61,13 +61,18 @@ extension Operation {
         defer { if !keys.isEmpty { notifyDidChange(keys) } }
 
         DependencyGraph.lock.lock()
-        if isDuplicateDependency(dependency, hidden: hidden) {
-            DependencyGraph.lock.unlock()
+        defer { DependencyGraph.lock.unlock() }
+        // Fast path: one nested critical section (dependency, then
+        // dependent) checks for a duplicate, rules a cycle out in O(1) and
+        // registers the edge.
+        switch registerIfNoCyclePossible(dependency, hidden: hidden) {
+        case .duplicate, .registered:
             return
+        case .needsSearch:
+            break
         }
         switch DependencyGraph.search(dependent: self, dependency: dependency) {
         case .cycle(let path):
-            DependencyGraph.lock.unlock()
             OperationMisuse.report(
                 .dependencyCycle,
                 subject: misuseSubject,
@@ -79,24 +84,83 @@ extension Operation {
         case .none:
             break
         }
-        // Lock order: dependency, then dependent. Only this function (under
-        // the graph lock) holds two operation locks at once.
+        register(dependency, hidden: hidden, force: true)
+    }
+
+    private enum RegistrationOutcome {
+        case duplicate
+        case registered
+        case needsSearch
+    }
+
+    private func registerIfNoCyclePossible(_ dependency: Operation, hidden: Bool) -> RegistrationOutcome {
+        register(dependency, hidden: hidden, force: false)
+    }
+
+    /// Registers the edge under both operations' locks (dependency, then
+    /// dependent: the only place two operation locks nest, under the graph
+    /// lock). Without `force`, registers only when no cycle is possible: this
+    /// operation has no unfinished dependents, or `dependency` has no
+    /// unfinished dependencies (the usual ways to build a graph).
+    @discardableResult
+    private func register(_ dependency: Operation, hidden: Bool, force: Bool) -> RegistrationOutcome {
         dependency.withStateLock { dependencyState in
             let dependencyUnfinished = dependencyState.phase != .finished
-            self.withStateLock { state in
+            return self.withStateLock { state -> RegistrationOutcome in
+                if isDuplicateLocked(dependency, hidden: hidden, dependencyUnfinished: dependencyUnfinished, state: state) {
+                    return .duplicate
+                }
+                if !force, dependencyUnfinished, state.phase != .finished,
+                   hasUnfinishedDependentsLocked, dependency.hasUnfinishedDependenciesLocked {
+                    return .needsSearch
+                }
                 if hidden {
                     extrasWhileLocked().hiddenDependency = dependency
                 } else {
                     storedDependencies.append(dependency)
                 }
-                let counts = dependencyUnfinished && state.phase == .pending && !state.hasStarted
-                if counts {
+                if dependencyUnfinished, state.phase == .pending, !state.hasStarted {
                     _ = state.addUnfinishedDependency()
                     dependency.storedDependents.append(self)
                 }
+                return .registered
             }
         }
-        DependencyGraph.lock.unlock()
+    }
+
+    /// Whether the edge exists, checked on the shorter list. Call with both
+    /// operations' locks held (see `isDuplicateDependency`).
+    private func isDuplicateLocked(
+        _ dependency: Operation,
+        hidden: Bool,
+        dependencyUnfinished: Bool,
+        state: OperationState
+    ) -> Bool {
+        if hidden { return extras?.hiddenDependency === dependency }
+        let ownCount = storedDependencies.count
+        if ownCount == 0 { return false }
+        if dependencyUnfinished, state.phase == .pending, !state.hasStarted,
+           dependency.storedDependents.count <= ownCount {
+            return dependency.storedDependents.contains(self)
+        }
+        return storedDependencies.contains(dependency)
+    }
+
+    /// `hasUnfinishedDependents` with this operation's lock already held.
+    private var hasUnfinishedDependentsLocked: Bool {
+        var found = false
+        storedDependents.forEach { entry in
+            if !found, entry._withUnsafeGuaranteedRef({ !$0.loadState().isFinished }) { found = true }
+        }
+        return found
+    }
+
+    /// `hasUnfinishedDependencies` with this operation's lock already held.
+    fileprivate var hasUnfinishedDependenciesLocked: Bool {
+        var found = false
+        storedDependencies.forEach { if !found, !$0.loadState().isFinished { found = true } }
+        if !found, let hidden = extras?.hiddenDependency, !hidden.loadState().isFinished { found = true }
+        return found
     }
 
     /// Whether `dependency` is already registered. Call with the graph lock held.

@@ -36,7 +36,13 @@ enum OperationList: Sendable {
         case .empty:
             self = .one(operation)
         case .one(let only):
-            self = .many([only, operation])
+            // Graphs usually give an operation a few dependencies: room for
+            // four avoids regrowing at the second and third.
+            var list: [Operation] = []
+            list.reserveCapacity(4)
+            list.append(only)
+            list.append(operation)
+            self = .many(list)
         case .many(var list):
             self = .empty  // release the array's other reference before mutating
             list.append(operation)
@@ -193,7 +199,9 @@ final class DependentArray {
     private(set) var live: Int
 
     init(_ initial: [Unmanaged<Operation>]) {
-        entries = initial
+        entries = []
+        entries.reserveCapacity(max(4, initial.count))
+        entries.append(contentsOf: initial.map { Optional($0) })
         live = initial.count
     }
 

@@ -275,6 +275,11 @@ extension OperationQueue {
         let pool = WorkerPool.shared
         let queueQoS = lock.withLock { storedQualityOfService.index }
         var toRetire: Operation?
+        // Cancelled operations are started and retired in batches (they need
+        // no slot and no order): `cancelledBatch` to start, `retireBatch`
+        // finished ones awaiting retirement.
+        var cancelledBatch: [Operation] = []
+        var retireBatch: [Operation] = []
         var startedInSlice = 0
         var sliceStart: UInt64 = 0
         var yielded = false
@@ -284,8 +289,13 @@ extension OperationQueue {
         while true {
             var stalled = false
             let released = toRetire.flatMap { scheduler.retire($0) }
-            if toRetire != nil { retiringNow.add(1, ordering: .relaxed) }
-            let selfRelease = toRetire != nil ? takeSelfRetainIfEmptyLocked() : nil
+            var releasedBatch: [Operation] = []
+            for operation in retireBatch {
+                if let owned = scheduler.retire(operation) { releasedBatch.append(owned) }
+            }
+            let retiringCount = (toRetire != nil ? 1 : 0) + retireBatch.count
+            if retiringCount > 0 { retiringNow.add(retiringCount, ordering: .relaxed) }
+            let selfRelease = retiringCount > 0 ? takeSelfRetainIfEmptyLocked() : nil
             if !context.deferredAdmissions.isEmpty { admitDeferredLocked(context) }
             if startedInSlice > 0, shouldYieldSlice(worker: worker, pool: pool, started: startedInSlice, since: sliceStart) {
                 yielded = true
@@ -295,17 +305,23 @@ extension OperationQueue {
                 if !yielded { scheduler.drainers -= 1 }
             } else {
                 scheduler.busyDrainers += 1
+                if next!.queueFlags & QueueLinkFlags.bypass != 0 {
+                    scheduler.popCancelled(upTo: 63, into: &cancelledBatch)
+                }
             }
             let tickets = scheduler.drainersNeeded()
-            if toRetire != nil { stalled = scheduler.isStalled }
-            let wakeups = toRetire != nil ? scheduler.takeWakeups() : Wakeups()
+            if retiringCount > 0 { stalled = scheduler.isStalled }
+            let wakeups = retiringCount > 0 ? scheduler.takeWakeups() : Wakeups()
             lock.unlock()
 
-            // Retire the finished operation and drop every reference this
-            // loop holds to it before waking its waiters.
-            let retiring = toRetire != nil
-            let retireCallbacks = retireFinished(&toRetire, released: consume released, isObserved: isObserved, wakeups: wakeups)
-            if retiring { retiringNow.subtract(1, ordering: .releasing) }
+            // Retire the finished operations and drop every reference this
+            // loop holds to them before waking their waiters.
+            var retireCallbacks = retireFinished(&toRetire, released: consume released, isObserved: isObserved)
+            if !retireBatch.isEmpty {
+                retireCallbacks += retireBatchFinished(&retireBatch, released: &releasedBatch, isObserved: isObserved)
+            }
+            if retiringCount > 0 { retiringNow.subtract(retiringCount, ordering: .releasing) }
+            if retiringCount > 0, wakeups.drained { emit(.drained) }
             for callback in retireCallbacks { callback() }
             selfRelease?.release()  // the drain job still holds the queue
             wakeups.fire()
@@ -336,6 +352,9 @@ extension OperationQueue {
             }
             worker?.recordProgress()
             startedInSlice += 1
+            if !cancelledBatch.isEmpty {
+                startCancelledBatch(&cancelledBatch, retire: &retireBatch, context: context, isObserved: isObserved)
+            }
             lock.lock()
             scheduler.busyDrainers -= 1
         }
@@ -350,17 +369,62 @@ extension OperationQueue {
     private func retireFinished(
         _ slot: inout Operation?,
         released: consuming Operation?,
-        isObserved: Bool,
-        wakeups: Wakeups
+        isObserved: Bool
     ) -> [@Sendable () -> Void] {
         guard let finished = slot else { return [] }
         slot = nil
         _ = consume released
         if isObserved { notifyDidChange(["operations", "operationCount"]) }
         emit(.finished(finished))
-        if wakeups.drained { emit(.drained) }
         // Last: publish the retirement, then drop the final reference.
         return finished.takeRetirement()
+    }
+
+    /// Starts a batch of cancelled operations one after another (each
+    /// finishes at once); those that finished join `retire`.
+    private func startCancelledBatch(
+        _ batch: inout [Operation],
+        retire: inout [Operation],
+        context: ThreadContext,
+        isObserved: Bool
+    ) {
+        let savedAdmitting = context.admittingQueueReference
+        context.admittingQueueReference = Unmanaged.passUnretained(self)
+        for operation in batch {
+            emit(.started(operation))
+            let reference = Unmanaged.passUnretained(operation)
+            context.queueStartingReference = reference
+            context.drainOperationReference = reference
+            context.drainOperationRetirePending = false
+            operation.start()
+            context.queueStartingReference = nil
+            context.drainOperationReference = nil
+            if context.drainOperationRetirePending {
+                context.drainOperationRetirePending = false
+                retire.append(operation)
+                if isObserved { notifyWillChange(["operations", "operationCount"]) }
+            }
+        }
+        context.admittingQueueReference = savedAdmitting
+        batch.removeAll(keepingCapacity: true)
+    }
+
+    /// `retireFinished` for a batch: completes each retirement, drops the
+    /// references, returns the waiters' callbacks.
+    private func retireBatchFinished(
+        _ batch: inout [Operation],
+        released: inout [Operation],
+        isObserved: Bool
+    ) -> [@Sendable () -> Void] {
+        var callbacks: [@Sendable () -> Void] = []
+        released.removeAll()
+        for operation in batch {
+            if isObserved { notifyDidChange(["operations", "operationCount"]) }
+            emit(.finished(operation))
+            callbacks += operation.takeRetirement()
+        }
+        batch.removeAll(keepingCapacity: true)
+        return callbacks
     }
 
     /// Waits (briefly, bounded) until no drain loop is between retiring an
@@ -460,6 +524,12 @@ extension OperationQueue {
     /// A queued operation that had not started was cancelled: move it to the
     /// cancelled lane, to be retired promptly.
     final func operationWasCancelled(_ operation: Operation) {
+        let deferred = ThreadContext.withCurrent { context -> Bool in
+            guard ThreadContext.refers(context.cancellingQueueReference, to: self) else { return false }
+            context.deferredCancellations.append(operation)
+            return true
+        }
+        if deferred { return }
         lock.lock()
         if operation.laneIndex > 0 { scheduler.removeFromLane(operation) }
         guard scheduler.canEnterLane(operation) else {
@@ -471,6 +541,31 @@ extension OperationQueue {
         let wakeups = scheduler.takeWakeups()
         lock.unlock()
         startDrainers(tickets)
+        wakeups.fire()
+    }
+
+    /// Moves the operations collected by `cancelAllOperations()` to the
+    /// cancelled lane, under one lock acquisition.
+    final func moveCancelledOperations(_ context: ThreadContext) {
+        guard !context.deferredCancellations.isEmpty else { return }
+        lock.lock()
+        for operation in context.deferredCancellations {
+            if operation.laneIndex > 0 { scheduler.removeFromLane(operation) }
+            if scheduler.canEnterLane(operation) {
+                scheduler.pushReady(operation, lane: QueueScheduler.cancelledLane)
+            }
+        }
+        var tickets = 0
+        for _ in 0..<WorkerPool.shared.targetConcurrency {
+            let needed = scheduler.drainersNeeded()
+            if needed == 0 { break }
+            tickets += needed
+        }
+        let executor = tickets > 0 ? drainExecutorLocked() : nil
+        let wakeups = scheduler.takeWakeups()
+        lock.unlock()
+        context.deferredCancellations.removeAll(keepingCapacity: false)
+        if let executor { post(drainers: tickets, to: executor) }
         wakeups.fire()
     }
 

@@ -265,7 +265,18 @@ open class OperationQueue: @unchecked Sendable {
     /// expected to stop early.
     open func cancelAllOperations() {
         let snapshot = lock.withLock { scheduler.operations }
-        for operation in snapshot { operation.cancel() }
+        ThreadContext.withCurrent { context in
+            // Saved and restored, so that a nested call (a `cancel()` override
+            // cancelling another queue) keeps its own batch.
+            let savedQueue = context.cancellingQueueReference
+            let savedBatch = context.deferredCancellations
+            context.cancellingQueueReference = Unmanaged.passUnretained(self)
+            context.deferredCancellations = []
+            for operation in snapshot { operation.cancel() }
+            context.cancellingQueueReference = savedQueue
+            moveCancelledOperations(context)
+            context.deferredCancellations = savedBatch
+        }
     }
 
     // MARK: Waiting

@@ -236,12 +236,27 @@ struct QueueScheduler {
         return nil
     }
 
-    /// Operations that a drain loop could start now.
+    /// Pops up to `limit` more cancelled operations (marked started, without
+    /// a slot), for a drain loop to retire as one batch.
+    mutating func popCancelled(upTo limit: Int, into batch: inout [Operation]) {
+        guard !isSuspended else { return }
+        while batch.count < limit, let node = lanes[Self.cancelledLane].head {
+            let operation = node.takeUnretainedValue()
+            removeFromLane(operation)
+            operation.queueFlags |= QueueLinkFlags.started | QueueLinkFlags.bypass
+            batch.append(operation)
+        }
+    }
+
+    /// Units of work that drain loops could start now. The cancelled lane
+    /// counts as one unit however long it is: retiring a cancelled operation
+    /// is tiny, so one drain loop does it best (several would only contend
+    /// for the lock).
     var admissibleCount: Int {
         guard !isSuspended else { return 0 }
         let cancelled = lanes[Self.cancelledLane].count
         let slots = max(0, effectiveWidth - executing)
-        return cancelled + min(readyCount - cancelled, slots)
+        return (cancelled > 0 ? 1 : 0) + min(readyCount - cancelled, slots)
     }
 
     /// Requests one more drain loop if admissible work exceeds the idle ones.

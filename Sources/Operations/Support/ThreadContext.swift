@@ -47,6 +47,11 @@ final class ThreadContext {
     /// acquisition, instead of taking the queue's lock once more each.
     @exclusivity(unchecked) var admittingQueueReference: Unmanaged<OperationQueue>?
     @exclusivity(unchecked) var deferredAdmissions: [Operation] = []
+    /// The queue whose `cancelAllOperations()` runs on this thread: its
+    /// cancelled operations are collected in `deferredCancellations` and
+    /// moved to the cancelled lane under one lock acquisition at the end.
+    @exclusivity(unchecked) var cancellingQueueReference: Unmanaged<OperationQueue>?
+    @exclusivity(unchecked) var deferredCancellations: [Operation] = []
 
     var queue: OperationQueue? {
         get { queueReference?.takeUnretainedValue() }
