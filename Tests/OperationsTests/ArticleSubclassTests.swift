@@ -100,7 +100,7 @@ private final class StateMachineOperation: Operation, @unchecked Sendable {
         return queue
     }()
 
-    private let lock = Mutex<(state: State, cancelled: Bool)>((.ready, false))
+    private let lock = LockedValue<(state: State, cancelled: Bool)>((.ready, false))
     let action: @Sendable () -> Void
 
     init(action: @escaping @Sendable () -> Void) {

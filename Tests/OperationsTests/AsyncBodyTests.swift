@@ -32,7 +32,7 @@ struct AsyncBodyTests {
     func cancelReachesTheTask() async throws {
         let entered = AsyncGate()
         let cancelled = AsyncGate()
-        let sawCancellation = Mutex(false)
+        let sawCancellation = LockedValue(false)
         let operation = ResultOperation { () async throws -> Int in
             entered.open()
             await withTaskCancellationHandler {
@@ -62,7 +62,7 @@ struct AsyncBodyTests {
 
     @Test("cancelled before start: no body, value throws CancellationError")
     func cancelledBeforeStart() async throws {
-        let ran = Mutex(false)
+        let ran = LockedValue(false)
         let operation = ResultOperation { () async -> Int in
             ran.withLock { $0 = true }
             return 1

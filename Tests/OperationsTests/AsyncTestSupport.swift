@@ -31,7 +31,7 @@ func withTimeLimit<T: Sendable>(
 
 /// A one-shot gate that sync and async code can wait on.
 final class AsyncGate: Sendable {
-    private let state = Mutex<(opened: Bool, waiters: [CheckedContinuation<Void, Never>])>((false, []))
+    private let state = LockedValue<(opened: Bool, waiters: [CheckedContinuation<Void, Never>])>((false, []))
     private let semaphore = DispatchSemaphore(value: 0)
 
     func open() {
@@ -70,14 +70,14 @@ final class AsyncGate: Sendable {
 
 /// A thread-safe log of strings.
 final class EventLog: Sendable {
-    private let entries = Mutex<[String]>([])
+    private let entries = LockedValue<[String]>([])
     func append(_ entry: String) { entries.withLock { $0.append(entry) } }
     var all: [String] { entries.withLock { $0 } }
 }
 
 /// A counter that also records the highest value it reached.
 final class ConcurrencyMeter: Sendable {
-    private let state = Mutex<(current: Int, peak: Int)>((0, 0))
+    private let state = LockedValue<(current: Int, peak: Int)>((0, 0))
     func enter() { state.withLock { $0.current += 1; $0.peak = max($0.peak, $0.current) } }
     func leave() { state.withLock { $0.current -= 1 } }
     var peak: Int { state.withLock { $0.peak } }

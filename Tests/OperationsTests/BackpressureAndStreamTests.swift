@@ -74,8 +74,8 @@ struct BackpressureTests {
         queue.isSuspended = true
         queue.setPendingLimit(1, policy: .reject)
         queue.addOperation(BlockOperation {})
-        let ran = Mutex(false)
-        let completed = Mutex(false)
+        let ran = LockedValue(false)
+        let completed = LockedValue(false)
         let rejected = BlockOperation { ran.withLock { $0 = true } }
         rejected.completionBlock = { completed.withLock { $0 = true } }
         queue.addOperation(rejected)
@@ -91,7 +91,7 @@ struct BackpressureTests {
     @Test("a limit below 1 is a misuse; nil removes the limit")
     func invalidLimit() {
         let queue = OperationQueue()
-        let seen = Mutex<[OperationMisuse.Code]>([])
+        let seen = LockedValue<[OperationMisuse.Code]>([])
         OperationMisuse.withHandler({ misuse in seen.withLock { $0.append(misuse.code) } }) {
             queue.setPendingLimit(0)
         }

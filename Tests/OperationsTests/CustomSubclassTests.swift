@@ -48,7 +48,7 @@ private final class MyNonConcurrentOperation: Operation, @unchecked Sendable {
 /// completeOperation() announcing in the documented nested order.
 private final class ListingConcurrentOperation: Operation, @unchecked Sendable {
     // @unchecked Sendable: `flags` is a Mutex; `work` is immutable.
-    private let flags = Mutex<(executing: Bool, finished: Bool)>((false, false))
+    private let flags = LockedValue<(executing: Bool, finished: Bool)>((false, false))
     let work: @Sendable () -> Void
     let mainThread = Box<ThreadID?>(nil)
 

@@ -9,7 +9,7 @@ struct MainQueueTests {
     func mainQueueRuns() {
         let main = OperationQueue.main
         #expect(main.maxConcurrentOperationCount == 1)
-        let seen = Mutex<[Bool]>([])
+        let seen = LockedValue<[Bool]>([])
         let meter = ConcurrencyMeter()
         for _ in 0..<5 {
             main.addOperation {
@@ -28,7 +28,7 @@ struct MainQueueTests {
         let main = OperationQueue.main
         #expect(main.name == "OperationQueue Main Queue")
         main.isSuspended = true
-        let ran = Mutex(false)
+        let ran = LockedValue(false)
         let operation = BlockOperation { ran.withLock { $0 = true } }
         main.addOperation(operation)
         #expect(!operation.waitUntilFinished(timeout: .milliseconds(50)))

@@ -53,7 +53,7 @@ struct ObservationBalanceTests {
         let log = EventLog()
         let tokens = record(second, log) + record(first, log)
         second.addDependency(first)
-        let refused = Mutex<[OperationMisuse.Code]>([])
+        let refused = LockedValue<[OperationMisuse.Code]>([])
         OperationMisuse.withHandler({ misuse in refused.withLock { $0.append(misuse.code) } }) {
             first.addDependency(second)
         }

@@ -9,7 +9,7 @@ import Testing
 /// An operation that records the thread its `main()` ran on.
 private final class ThreadRecordingOperation: Operation, @unchecked Sendable {
     // @unchecked Sendable: `thread` is a Mutex.
-    let thread = Mutex<ThreadID?>(nil)
+    let thread = LockedValue<ThreadID?>(nil)
     let mainCalls = Counter()
     override func main() {
         mainCalls.increment()

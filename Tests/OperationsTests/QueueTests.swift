@@ -225,7 +225,7 @@ struct QueueTests {
     @Test("article 003: three serial queues sell 50 tickets under a lock, each exactly once")
     func ticketSale() {
         final class TicketOffice: Sendable {
-            let lock = Mutex(50)
+            let lock = LockedValue(50)
             let sold = Recorder<String>()
             func sale(_ who: String) {
                 while true {

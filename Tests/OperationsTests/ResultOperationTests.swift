@@ -49,7 +49,7 @@ struct ResultOperationTests {
 
     @Test("a failed input cancels its consumers, with the reasons collected")
     func failingInputCancelsConsumers() async throws {
-        let ran = Mutex(false)
+        let ran = LockedValue(false)
         let parse = ResultOperation { () throws(ParseError) -> Int in throw ParseError(line: 9) }
         let double = ResultOperation(after: parse) { (value: Int) -> Int in
             ran.withLock { $0 = true }
@@ -78,7 +78,7 @@ struct ResultOperationTests {
         let failing = ResultOperation { () throws(ParseError) -> Int in throw ParseError(line: 1) }
         let cancelled = BlockOperation {}
         cancelled.cancel()
-        let ran = Mutex(false)
+        let ran = LockedValue(false)
         let dependent = BlockOperation { ran.withLock { $0 = true } }
         #expect(dependent.dependencyFailurePolicy == .runAnyway)
         dependent.addDependency(failing)

@@ -74,7 +74,7 @@ final class Latch: Sendable {
 
 /// A thread-safe list of events.
 final class Recorder<Event: Sendable>: Sendable {
-    private let storage = Mutex<[Event]>([])
+    private let storage = LockedValue<[Event]>([])
 
     init() {}
 
@@ -130,8 +130,8 @@ final class Counter: Sendable {
 
 /// A value shared between threads.
 final class Box<Value: Sendable>: Sendable {
-    private let storage: Mutex<Value>
-    init(_ value: Value) { storage = Mutex(value) }
+    private let storage: LockedValue<Value>
+    init(_ value: Value) { storage = LockedValue(value) }
     var value: Value {
         get { storage.withLock { $0 } }
         set { storage.withLock { $0 = newValue } }
@@ -165,7 +165,7 @@ final class LifetimeTracker: Sendable {
         let label: String
     }
 
-    private let entries = Mutex<[Entry]>([])
+    private let entries = LockedValue<[Entry]>([])
 
     init() {}
 

@@ -1,5 +1,3 @@
-import Synchronization
-
 /// What an observer wants to receive, shaped like Foundation's
 /// `NSKeyValueObservingOptions` (same raw values).
 public struct ObservationOptions: OptionSet, Sendable, Hashable {
@@ -70,10 +68,10 @@ extension ObservedChange: CustomStringConvertible {
 /// Keep the token alive as long as you want notifications. The token does
 /// not keep the observed object alive.
 public final class Observation: Sendable {
-    private let registration: Mutex<(ObservationRegistry, AnyObserverEntry)?>
+    private let registration: LockedValue<(ObservationRegistry, AnyObserverEntry)?>
 
     init(registry: ObservationRegistry, entry: AnyObserverEntry) {
-        registration = Mutex((registry, entry))
+        registration = LockedValue((registry, entry))
     }
 
     /// Stops the observation. No notification is delivered after this

@@ -1,5 +1,3 @@
-import Synchronization
-
 /// A programming error detected by the library, such as starting an
 /// operation that is not ready or adding one operation to two queues.
 ///
@@ -81,7 +79,7 @@ public struct OperationMisuse: Error, Sendable, CustomStringConvertible {
     /// Receives misuses. If it returns, the offending call is refused.
     public typealias Handler = @Sendable (OperationMisuse) -> Void
 
-    private static let globalHandler = Mutex<Handler?>(nil)
+    private static let globalHandler = LockedValue<Handler?>(nil)
     @TaskLocal private static var scopedHandler: Handler?
 
     /// The process-wide handler, or nil to trap (the default).

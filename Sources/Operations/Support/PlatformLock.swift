@@ -132,3 +132,28 @@ func monotonicNanoseconds() -> UInt64 {
     clock_gettime(CLOCK_MONOTONIC, &spec)
     return UInt64(spec.tv_sec) &* 1_000_000_000 &+ UInt64(spec.tv_nsec)
 }
+
+/// A value guarded by a `PlatformLock`: the library's (and tests')
+/// replacement for `Synchronization.Mutex`.
+///
+/// `Mutex` on Linux waits with futex system calls inside the prebuilt,
+/// uninstrumented Synchronization library, which ThreadSanitizer cannot see:
+/// under contention it reports races that are not there. A pthread mutex is
+/// intercepted by ThreadSanitizer, so code that is correct stays quiet.
+final class LockedValue<Value>: @unchecked Sendable {
+    // @unchecked Sendable: `value` is read and written only inside
+    // `withLock`, while `lock` is held.
+    private let lock = PlatformLock()
+    private var value: Value
+
+    init(_ value: Value) {
+        self.value = value
+    }
+
+    /// Runs `body` with exclusive access to the value.
+    func withLock<R>(_ body: (inout Value) throws -> R) rethrows -> R {
+        lock.lock()
+        defer { lock.unlock() }
+        return try body(&value)
+    }
+}
