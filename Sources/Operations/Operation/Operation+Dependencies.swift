@@ -65,7 +65,7 @@ extension Operation {
         // Fast path: one nested critical section (dependency, then
         // dependent) checks for a duplicate, rules a cycle out in O(1) and
         // registers the edge.
-        switch registerIfNoCyclePossible(dependency, hidden: hidden) {
+        switch register(dependency, hidden: hidden, force: false) {
         case .duplicate, .registered:
             return
         case .needsSearch:
@@ -91,10 +91,6 @@ extension Operation {
         case duplicate
         case registered
         case needsSearch
-    }
-
-    private func registerIfNoCyclePossible(_ dependency: Operation, hidden: Bool) -> RegistrationOutcome {
-        register(dependency, hidden: hidden, force: false)
     }
 
     /// Registers the edge under both operations' locks (dependency, then
@@ -147,7 +143,7 @@ extension Operation {
     }
 
     /// `hasUnfinishedDependents` with this operation's lock already held.
-    private var hasUnfinishedDependentsLocked: Bool {
+    fileprivate var hasUnfinishedDependentsLocked: Bool {
         var found = false
         storedDependents.forEach { entry in
             if !found, entry._withUnsafeGuaranteedRef({ !$0.loadState().isFinished }) { found = true }
@@ -199,25 +195,13 @@ extension Operation {
     /// Whether some unfinished operation (listed or hidden) is still a
     /// dependency. Allocation-free.
     final var hasUnfinishedDependencies: Bool {
-        withStateLock { _ in
-            var found = false
-            storedDependencies.forEach { if !found, !$0.loadState().isFinished { found = true } }
-            if !found, let hidden = extras?.hiddenDependency, !hidden.loadState().isFinished { found = true }
-            return found
-        }
+        withStateLock { _ in hasUnfinishedDependenciesLocked }
     }
 
     /// Whether some live, unfinished operation waits for this one.
     /// Allocation-free.
     final var hasUnfinishedDependents: Bool {
-        withStateLock { _ in
-            var found = false
-            // Reading the state word is safe under this lock (see `DependentList`).
-            storedDependents.forEach { entry in
-                if !found, entry._withUnsafeGuaranteedRef({ !$0.loadState().isFinished }) { found = true }
-            }
-            return found
-        }
+        withStateLock { _ in hasUnfinishedDependentsLocked }
     }
 
     /// Unfinished operations waiting for this one.

@@ -61,23 +61,6 @@ enum Platform {
         #endif
     }
 
-    /// The calling thread's name, or nil.
-    static func currentThreadName() -> String? {
-        #if os(Linux)
-        let descriptor = open("/proc/thread-self/comm", O_RDONLY)
-        guard descriptor >= 0 else { return nil }
-        defer { close(descriptor) }
-        var buffer = [UInt8](repeating: 0, count: 32)
-        let count = read(descriptor, &buffer, 31)
-        guard count > 0 else { return nil }
-        var end = count
-        while end > 0, buffer[end - 1] == 0x0A { end -= 1 }
-        return String(decoding: buffer[0..<end], as: UTF8.self)
-        #else
-        return nil
-        #endif
-    }
-
     // MARK: Thread priority
 
     /// The calling thread's nice value (Linux: per thread), or nil if unknown.
