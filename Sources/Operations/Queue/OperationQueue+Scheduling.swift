@@ -334,19 +334,11 @@ extension OperationQueue {
                 let qos = operation.loadState().qosIndex
                 worker.applyQualityOfService(index: qos == 2 ? queueQoS : qos)
             }
-            emit(.started(operation))
-            let reference = Unmanaged.passUnretained(operation)
-            context.queueStartingReference = reference
-            context.drainOperationReference = reference
-            context.drainOperationRetirePending = false
             let savedAdmitting = context.admittingQueueReference
             context.admittingQueueReference = Unmanaged.passUnretained(self)
-            operation.start()
+            let finishedNow = startAsDrainStep(operation, context: context)
             context.admittingQueueReference = savedAdmitting
-            context.queueStartingReference = nil
-            context.drainOperationReference = nil
-            if context.drainOperationRetirePending {
-                context.drainOperationRetirePending = false
+            if finishedNow {
                 toRetire = operation
                 if isObserved { notifyWillChange(["operations", "operationCount"]) }
             }
@@ -380,6 +372,24 @@ extension OperationQueue {
         return finished.takeRetirement()
     }
 
+    /// Starts `operation` as this queue's drain step on the calling thread:
+    /// marks the call as the queue's (so `start()` accepts it) and notes
+    /// whether the operation finished synchronously, in which case the
+    /// caller retires it. Returns whether it did.
+    @inline(__always)
+    final func startAsDrainStep(_ operation: Operation, context: ThreadContext) -> Bool {
+        emit(.started(operation))
+        let reference = Unmanaged.passUnretained(operation)
+        context.queueStartingReference = reference
+        context.drainOperationReference = reference
+        context.drainOperationRetirePending = false
+        operation.start()
+        context.queueStartingReference = nil
+        context.drainOperationReference = nil
+        defer { context.drainOperationRetirePending = false }
+        return context.drainOperationRetirePending
+    }
+
     /// Starts a batch of cancelled operations one after another (each
     /// finishes at once); those that finished join `retire`.
     private func startCancelledBatch(
@@ -391,16 +401,7 @@ extension OperationQueue {
         let savedAdmitting = context.admittingQueueReference
         context.admittingQueueReference = Unmanaged.passUnretained(self)
         for operation in batch {
-            emit(.started(operation))
-            let reference = Unmanaged.passUnretained(operation)
-            context.queueStartingReference = reference
-            context.drainOperationReference = reference
-            context.drainOperationRetirePending = false
-            operation.start()
-            context.queueStartingReference = nil
-            context.drainOperationReference = nil
-            if context.drainOperationRetirePending {
-                context.drainOperationRetirePending = false
+            if startAsDrainStep(operation, context: context) {
                 retire.append(operation)
                 if isObserved { notifyWillChange(["operations", "operationCount"]) }
             }

@@ -89,17 +89,8 @@ extension OperationQueue {
             }
             let savedQueue = context.queueReference
             context.queue = self
-            emit(.started(operation))
-            let reference = Unmanaged.passUnretained(operation)
-            context.queueStartingReference = reference
-            context.drainOperationReference = reference
-            context.drainOperationRetirePending = false
-            operation.start()
-            context.queueStartingReference = nil
-            context.drainOperationReference = nil
+            let retire = startAsDrainStep(operation, context: context)
             context.queueReference = savedQueue
-            let retire = context.drainOperationRetirePending
-            context.drainOperationRetirePending = false
             lock.lock()
             scheduler.busyDrainers -= 1
             scheduler.drainers -= 1
