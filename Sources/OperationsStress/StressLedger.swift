@@ -40,7 +40,7 @@ final class OpRecord: Sendable {
     /// Cancellations and completion listeners (see `GateState`).
     let gate = StressLock(GateState())
     /// The `isFinished` observation, kept alive until the end of the round.
-    let observation = StressLock<Observation?>(nil)
+    let observation = StressLock<KeyValueObservation?>(nil)
 
     init(spec: StressPlan.OperationSpec) {
         self.spec = spec

@@ -322,6 +322,12 @@ final class StressRound: Sendable {
     func bodyDidEnd(_ record: OpRecord) {
         record.bodyEndTick.store(clock.tick(), ordering: .sequentiallyConsistent)
         record.bodyState.store(2, ordering: .sequentiallyConsistent)
+        // The operation leaves its queue's slot when it finishes, which is
+        // right after its body ends and before its completion block runs:
+        // from here on another operation may start in that slot.
+        if record.inFlight.exchange(false, ordering: .sequentiallyConsistent), let queue = record.queueIndex {
+            trackers[queue].exit(key: record.spec.index)
+        }
     }
 
     private func cancelDuringWork(_ record: OpRecord, _ operation: Operation) {
@@ -357,9 +363,7 @@ final class StressRound: Sendable {
             if starts > 0, record.bodyState.load(ordering: .sequentiallyConsistent) != 2 {
                 violate(.completion, "op \(index): completion block ran before its body ended")
             }
-            if record.inFlight.exchange(false, ordering: .sequentiallyConsistent), let queue = record.queueIndex {
-                trackers[queue].exit(key: index)
-            } else if starts == 0, let queue = record.queueIndex {
+            if starts == 0, let queue = record.queueIndex {
                 // A cancelled operation is retired by its queue's start(): a
                 // suspended queue starts nothing, cancelled operations included.
                 let addTick = record.addTick.load(ordering: .sequentiallyConsistent)

@@ -311,13 +311,13 @@ struct MisuseTests {
 
     // MARK: Dependency cycles
 
-    @Test("a two-operation cycle A→B→A is refused and names both")
+    @Test("with cycle reporting on, a two-operation cycle A→B→A is refused and names both")
     func twoOperationCycle() {
         let log = Recorder<String>()
         let a = named("cycle-A") { log.record("A") }
         let b = named("cycle-B") { log.record("B") }
         a.addDependency(b)
-        let reported = misuses { b.addDependency(a) }
+        let reported = OperationMisuse.withDependencyCycleReporting { misuses { b.addDependency(a) } }
         expectSingle(reported, .dependencyCycle, naming: "\"cycle-B\"")
         #expect(reported.first?.message.contains("\"cycle-A\"") == true)
         #expect(b.dependencies.isEmpty)
@@ -329,13 +329,13 @@ struct MisuseTests {
         unrelatedWorkStillRuns()
     }
 
-    @Test("a longer cycle A→B→C→D→A is refused and names every operation on it")
+    @Test("with cycle reporting on, a longer cycle A→B→C→D→A is refused and names every operation on it")
     func longerCycle() {
         let ops = ["A", "B", "C", "D"].map { named("long-\($0)") }
         ops[0].addDependency(ops[1])
         ops[1].addDependency(ops[2])
         ops[2].addDependency(ops[3])
-        let reported = misuses { ops[3].addDependency(ops[0]) }
+        let reported = OperationMisuse.withDependencyCycleReporting { misuses { ops[3].addDependency(ops[0]) } }
         expectSingle(reported, .dependencyCycle, naming: "\"long-D\"")
         for name in ["A", "B", "C", "D"] {
             #expect(reported.first?.message.contains("\"long-\(name)\"") == true, "the message does not name long-\(name)")
@@ -347,13 +347,60 @@ struct MisuseTests {
         unrelatedWorkStillRuns()
     }
 
-    @Test("an operation made its own dependency")
+    @Test("with cycle reporting on, an operation made its own dependency is refused")
     func selfDependency() {
         let op = named("self-dependent")
-        let reported = misuses { op.addDependency(op) }
+        let reported = OperationMisuse.withDependencyCycleReporting { misuses { op.addDependency(op) } }
         expectSingle(reported, .dependencyCycle, naming: "\"self-dependent\"")
         #expect(op.dependencies.isEmpty && op.isReady)
         unrelatedWorkStillRuns()
+    }
+
+    @Test("by default a cycle is kept, as in Foundation: it never runs, diagnostics name it, cancelling a member breaks it")
+    func cycleKeptAndBroken() {
+        let log = Recorder<String>()
+        let a = named("kept-A") { log.record("A") }
+        let b = named("kept-B") { log.record("B") }
+        let c = named("kept-C") { log.record("C") }
+        let reported = misuses {
+            a.addDependency(b)
+            b.addDependency(c)
+            c.addDependency(a)
+        }
+        #expect(reported.isEmpty)
+        #expect(c.dependencies == [a])
+        #expect(!a.isReady && !b.isReady && !c.isReady)
+        let queue = makeQueue("kept-cycle")
+        queue.addOperations([a, b, c], waitUntilFinished: false)
+        #expect(!queue.waitUntilAllOperationsAreFinished(timeout: negativeWindow))
+        #expect(queue.operationCount == 3)
+        let report = queue.diagnostics()
+        #expect(report.cycles.count == 1)
+        #expect(report.contains("cycle:"))
+        for name in ["kept-A", "kept-B", "kept-C"] { #expect(report.contains(name)) }
+        c.cancel()
+        #expect(queue.waitUntilAllOperationsAreFinished(timeout: patience))
+        #expect(log.events == ["B", "A"])
+        #expect(c.isCancelled && c.isFinished)
+    }
+
+    @Test("by default a self-dependency is kept: the operation waits until cancelled, and is then released")
+    func selfDependencyKept() {
+        weak var released: Operation?
+        do {
+            let op = named("self-kept")
+            released = op
+            op.addDependency(op)
+            #expect(op.dependencies == [op])
+            #expect(!op.isReady)
+            let queue = makeQueue("self-kept")
+            queue.addOperation(op)
+            #expect(!queue.waitUntilAllOperationsAreFinished(timeout: negativeWindow))
+            op.cancel()
+            #expect(queue.waitUntilAllOperationsAreFinished(timeout: patience))
+            #expect(op.isFinished)
+        }
+        #expect(released == nil)
     }
 
     @Test("a diamond is not a cycle")

@@ -6,7 +6,7 @@ import Testing
 /// change, with the old value read before the change.
 @Suite("observation: will/did balance")
 struct ObservationBalanceTests {
-    private func record(_ operation: Operation, _ log: EventLog) -> [Observation] {
+    private func record(_ operation: Operation, _ log: EventLog) -> [KeyValueObservation] {
         [
             operation.observe(\.isReady, options: [.old, .new, .prior]) { _, change in
                 log.append("isReady \(change.isPrior ? "prior " : "")\(String(describing: change.oldValue)) \(String(describing: change.newValue))")
@@ -45,7 +45,7 @@ struct ObservationBalanceTests {
         withExtendedLifetime(tokens) {}
     }
 
-    @Test("a duplicate or refused dependency announces nothing")
+    @Test("a duplicate or refused dependency (cycle reporting on) announces nothing")
     func duplicateAndCycle() {
         let first = BlockOperation {}
         let second = BlockOperation {}
@@ -54,8 +54,10 @@ struct ObservationBalanceTests {
         let tokens = record(second, log) + record(first, log)
         second.addDependency(first)
         let refused = LockedValue<[OperationMisuse.Code]>([])
-        OperationMisuse.withHandler({ misuse in refused.withLock { $0.append(misuse.code) } }) {
-            first.addDependency(second)
+        OperationMisuse.withDependencyCycleReporting {
+            OperationMisuse.withHandler({ misuse in refused.withLock { $0.append(misuse.code) } }) {
+                first.addDependency(second)
+            }
         }
         #expect(refused.withLock { $0 } == [.dependencyCycle])
         #expect(log.all.isEmpty)

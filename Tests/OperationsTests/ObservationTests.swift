@@ -18,7 +18,7 @@ private func yesNo(_ value: Bool?) -> String {
 
 /// Observes the four lifecycle keys of `op` with `[.old, .new]`, recording
 /// `"<name> <key> <old>→<new>"`, as the article logs them.
-private func observeLifecycle<Op: Operation>(_ op: Op, into log: Recorder<String>) -> [Observation] {
+private func observeLifecycle<Op: Operation>(_ op: Op, into log: Recorder<String>) -> [KeyValueObservation] {
     let name = op.name ?? "op"
     @Sendable func entry(_ key: String, _ change: ObservedChange<Bool>) -> String {
         "\(name) \(key) \(yesNo(change.oldValue))→\(yesNo(change.newValue))"
@@ -202,10 +202,13 @@ struct ObservationTests {
             "bp2 isExecuting YES→NO",
             "bp2 isFinished NO→YES",
         ])
-        // bp2 finishes, then releases bp1.
-        let bp2Finished = events.firstIndex(of: "bp2 isFinished NO→YES") ?? .max
+        // As in article 003: bp2's body ends, bp1 becomes ready (bp2 released
+        // its dependents), and only then are bp2's isFinished observers told.
+        let bp2Main = events.firstIndex(of: "main bp2") ?? .max
+        let bp2Finished = events.firstIndex(of: "bp2 isFinished NO→YES") ?? -1
         let bp1Ready = events.firstIndex(of: "bp1 isReady NO→YES") ?? -1
-        #expect(bp2Finished < bp1Ready)
+        #expect(bp2Main < bp1Ready)
+        #expect(bp1Ready < bp2Finished)
         withExtendedLifetime(tokens) {}
     }
 
@@ -289,7 +292,7 @@ struct ObservationTests {
     func tokenRelease() {
         let calls = Counter()
         let op = BlockOperation {}
-        var token: Observation? = op.observe(\.queuePriority, options: [.new]) { _, _ in calls.increment() }
+        var token: KeyValueObservation? = op.observe(\.queuePriority, options: [.new]) { _, _ in calls.increment() }
         op.queuePriority = .high
         #expect(calls.count == 1)
         withExtendedLifetime(token) {}
@@ -301,7 +304,7 @@ struct ObservationTests {
     @Test("the token does not keep the operation alive")
     func tokenDoesNotRetainOperation() {
         let tracker = LifetimeTracker()
-        var token: Observation?
+        var token: KeyValueObservation?
         do {
             let op = tracker.track(BlockOperation {})
             token = op.observe(\.isFinished) { _, _ in }

@@ -95,15 +95,20 @@ struct QueueTests {
         #expect(completed.value, "the wait ended before the completion block returned")
     }
 
-    @Test("operationCount drops only after the completion block returned")
+    @Test("the operation has left its queue when its completion block runs")
     func operationCountDuringCompletion() {
         let queue = makeQueue("count-during-completion")
         let seen = Box(-1)
+        let listed = Box(true)
         let op = BlockOperation {}
-        op.completionBlock = { seen.value = queue.operationCount }
+        op.completionBlock = { [unowned op] in
+            seen.value = queue.operationCount
+            listed.value = queue.operations.contains(op)
+        }
         queue.addOperation(op)
         #expect(queue.waitUntilAllOperationsAreFinished(timeout: patience))
-        #expect(seen.value == 1, "the operation left the queue before its completion block ran")
+        #expect(seen.value == 0, "the operation still counted in operationCount during its completion block")
+        #expect(!listed.value, "the operation was still listed in operations during its completion block")
         #expect(queue.operationCount == 0)
     }
 

@@ -309,9 +309,9 @@ func unrelatedWorkStillRuns(sourceLocation: SourceLocation = #_sourceLocation) {
     #expect(queue.waitUntilAllOperationsAreFinished(timeout: patience), sourceLocation: sourceLocation)
 }
 
-/// Checks the queue's internal bookkeeping (`QueueScheduler.checkInvariants()`).
+/// Checks the queue's internal bookkeeping (`OperationQueue._checkInvariants()`).
 func queueInvariantProblem(_ queue: OperationQueue) -> String? {
-    queue.lock.withLock { queue.scheduler.checkInvariants() }
+    queue._checkInvariants()
 }
 
 func expectQueueInvariants(_ queue: OperationQueue, sourceLocation: SourceLocation = #_sourceLocation) {

@@ -23,7 +23,8 @@ public struct DependencyError: Error, Sendable, CustomStringConvertible {
         case cancelled
     }
 
-    /// The dependency that failed or was cancelled.
+    /// The dependency that failed, was cancelled, or (for a
+    /// ``ResultOperation`` input) produced no value.
     public let dependency: Operation
     /// What happened to it.
     public let reason: Reason
@@ -93,7 +94,7 @@ extension Operation {
         }
         guard !reasons.isEmpty else { return }
         let isNew = withStateLock { state -> Bool in
-            guard state.phase == .pending, !state.hasStarted else { return false }
+            guard state.countsDependencies else { return false }
             let extras = extrasWhileLocked()
             let known = Set(extras.dependencyErrors.map { ObjectIdentifier($0.dependency) })
             let fresh = reasons.filter { !known.contains(ObjectIdentifier($0.dependency)) }

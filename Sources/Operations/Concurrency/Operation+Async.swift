@@ -31,29 +31,36 @@ extension Operation {
     ///
     /// Cancelling the awaiting task cancels the operation; this still waits
     /// until the operation finishes (a cancelled operation that has not
-    /// started finishes promptly; a running one when it notices).
-    /// Awaiting an operation from inside its own `async` body is a misuse
-    /// (``OperationMisuse/Code/waitDeadlock``) and returns at once.
+    /// started finishes promptly; a running one when it notices). A wait
+    /// that can never end — for the operation from inside its own `async`
+    /// body, for one that depends on it, or one queued behind it — is a
+    /// misuse (``OperationMisuse/Code/waitDeadlock``) and returns at once.
     public func finished() async {
-        if loadState().isRetired { return }
-        if let current = OperationTaskContext.current?.operation,
-           current === self || dependsTransitively(on: current) {
-            OperationMisuse.report(
-                .waitDeadlock,
-                subject: misuseSubject,
-                "is awaited from inside the async body of \(current.misuseSubject), but can only finish after that body returns."
-            )
-            return
+        _ = await awaitRetirement()
+    }
+
+    /// Waits for the retirement; returns the misuse if the wait could never
+    /// end and a handler refused it.
+    final func awaitRetirement() async -> OperationMisuse? {
+        if loadState().isRetired { return nil }
+        let running = OperationTaskContext.current.map { [$0.operation] } ?? []
+        let record = WaitRegistry.Record(running: running, target: .operation(self))
+        if let reason = WaitRegistry.shared.begin(record) {
+            return OperationMisuse.reportReturning(.waitDeadlock, subject: misuseSubject, "is awaited but can never finish: the wait \(reason)")
         }
+        defer { WaitRegistry.shared.end(record) }
+        let watch = HangReport.watch { [self] in self.hangDescription() }
+        defer { watch?.cancel() }
         let gate = ResumeOnce()
         await withTaskCancellationHandler {
             await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
                 gate.install(continuation)
-                onRetire { gate.resume() }
+                if addRetireWaiter({ gate.resume() }) == nil { gate.resume() }
             }
         } onCancel: {
             self.cancel()
         }
+        return nil
     }
 
     /// One change of a lifecycle property, as observed.
@@ -96,7 +103,7 @@ extension Operation {
             continuation.finish()
             return stream
         }
-        var tokens: [Observation] = []
+        var tokens: [KeyValueObservation] = []
         for key in StateChange.Key.allCases {
             let entry = ObserverEntry<Operation, Bool>(
                 key: key.rawValue,
@@ -109,7 +116,7 @@ extension Operation {
                 }
             )
             let registry = registerObserver(entry)
-            tokens.append(Observation(registry: registry, entry: entry))
+            tokens.append(KeyValueObservation(registry: registry, entry: entry))
         }
         let held = ObservationBag(tokens)
         continuation.onTermination = { _ in held.invalidate() }
@@ -121,7 +128,7 @@ extension Operation {
 
 /// Observations kept alive by a stream until it terminates.
 final class ObservationBag: Sendable {
-    private let tokens: [Observation]
-    init(_ tokens: [Observation]) { self.tokens = tokens }
+    private let tokens: [KeyValueObservation]
+    init(_ tokens: [KeyValueObservation]) { self.tokens = tokens }
     func invalidate() { for token in tokens { token.invalidate() } }
 }

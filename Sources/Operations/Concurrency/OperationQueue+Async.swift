@@ -7,29 +7,40 @@ extension OperationQueue {
     /// are not cancelled). Awaiting a queue from inside one of its own
     /// operations' `async` bodies is a misuse (``OperationMisuse/Code/waitDeadlock``).
     public func drained() async {
-        if let current = OperationTaskContext.current, current.queue === self {
-            OperationMisuse.report(
-                .waitDeadlock,
-                subject: misuseSubject,
-                "is awaited (drained()) from inside the async body of its own operation \(current.operation.misuseSubject), which cannot finish while it waits."
-            )
-            return
+        _ = await awaitIdle()
+    }
+
+    /// Waits until the queue is idle; returns the misuse if the wait could
+    /// never end and a handler refused it.
+    final func awaitIdle() async -> OperationMisuse? {
+        let running = OperationTaskContext.current.map { [$0.operation] } ?? []
+        let record = WaitRegistry.Record(running: running, target: .queue(self))
+        if let reason = WaitRegistry.shared.begin(record) {
+            return OperationMisuse.reportReturning(.waitDeadlock, subject: misuseSubject, "is awaited (drained()) but can never drain: the wait \(reason)")
         }
+        defer { WaitRegistry.shared.end(record) }
+        let watch = HangReport.watch { [self] in "await drained() on:\n" + self.diagnostics().description }
+        defer { watch?.cancel() }
         let gate = ResumeOnce()
+        let key = LockedValue<Int?>(nil)
         await withTaskCancellationHandler {
             await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
                 gate.install(continuation)
-                let emptyNow = lock.withLock { () -> Bool in
-                    if scheduler.count == 0 { return true }
-                    scheduler.drainCallbacks.append { gate.resume() }
-                    return false
+                let registered = lock.withLock { () -> Int? in
+                    if state.isIdle { return nil }
+                    return drainWaiters.add { gate.resume() }
                 }
-                if emptyNow { gate.resume() }
+                if let registered { key.withLock { $0 = registered } } else { gate.resume() }
             }
         } onCancel: {
             gate.resume()
         }
-        waitForRetirementsInProgress()
+        // A cancelled wait leaves nothing behind.
+        if let registered = key.withLock({ $0 }) {
+            let removed = lock.withLock { drainWaiters.remove(registered) }
+            withExtendedLifetime(removed) {}
+        }
+        return nil
     }
 
     /// Runs `body` as an operation of this queue and returns its value.
@@ -72,7 +83,14 @@ extension OperationQueue {
         operation.qualityOfService = qualityOfService
         await addOperation(operation)
         return try await withTaskCancellationHandler {
-            try await operation.value
+            do {
+                return try await operation.value
+            } catch let misuse as OperationMisuse {
+                // The wait could never end (a handler refused it): the
+                // operation must not run later on its own.
+                operation.cancel()
+                throw misuse
+            }
         } onCancel: {
             operation.cancel()
         }
@@ -107,33 +125,69 @@ extension OperationQueue {
     /// suspension; draining) as an asynchronous sequence, from now until the
     /// consumer stops iterating.
     ///
-    /// Each access starts a new subscription; events are buffered until
-    /// consumed. A queue with subscribers pays a small cost per event.
+    /// Events arrive in the order the queue's state changed: an operation is
+    /// `added` before it is `started`, and `finished` before the queue
+    /// reports `drained`. Each access starts a new subscription; events are
+    /// buffered until consumed. A queue with subscribers pays a small cost
+    /// per event. ``timedEvents`` carries the same events with the time each
+    /// happened.
     public var events: AsyncStream<Event> {
         let (stream, continuation) = AsyncStream<Event>.makeStream()
-        let id = lock.withLock { () -> Int in
-            let id = nextEventSinkID
-            nextEventSinkID += 1
-            eventSinks[id] = continuation
-            hasEventSinks.store(true, ordering: .releasing)
-            return id
-        }
-        continuation.onTermination = { [weak self] _ in
-            guard let self else { return }
-            self.lock.withLock {
-                self.eventSinks[id] = nil
-                if self.eventSinks.isEmpty { self.hasEventSinks.store(false, ordering: .releasing) }
-            }
-        }
+        let id = subscribe(.plain(continuation))
+        continuation.onTermination = { [weak self] _ in self?.unsubscribe(id) }
         return stream
     }
 
-    /// Delivers `event` to every subscriber. Cheap when there are none.
-    @inline(__always)
-    final func emit(_ event: @autoclosure () -> Event) {
-        guard hasEventSinks.load(ordering: .relaxed) else { return }
-        let sinks = lock.withLock { Array(eventSinks.values) }
-        let value = event()
-        for sink in sinks { sink.yield(value) }
+    /// An event with the time it happened (see ``events``).
+    public struct TimedEvent: Sendable, CustomStringConvertible {
+        /// When the queue's state changed.
+        public let time: ContinuousClock.Instant
+        /// What happened.
+        public let event: Event
+
+        /// A short human-readable form.
+        public var description: String { "\(time) \(event)" }
+    }
+
+    /// The queue's events, each with the time it happened, in the order the
+    /// queue's state changed (see ``events``).
+    public var timedEvents: AsyncStream<TimedEvent> {
+        let (stream, continuation) = AsyncStream<TimedEvent>.makeStream()
+        let id = subscribe(.timed(continuation))
+        continuation.onTermination = { [weak self] _ in self?.unsubscribe(id) }
+        return stream
+    }
+
+    private func subscribe(_ sink: EventSink) -> Int {
+        lock.withLock { () -> Int in
+            let id = nextEventSinkID
+            nextEventSinkID += 1
+            eventSinks[id] = sink
+            hasEventSinks.store(true, ordering: .releasing)
+            return id
+        }
+    }
+
+    private func unsubscribe(_ id: Int) {
+        let removed = lock.withLock { () -> EventSink? in
+            let removed = eventSinks.removeValue(forKey: id)
+            if eventSinks.isEmpty { hasEventSinks.store(false, ordering: .releasing) }
+            return removed
+        }
+        withExtendedLifetime(removed) {}
+    }
+}
+
+/// A subscriber to a queue's events.
+enum EventSink: Sendable {
+    case plain(AsyncStream<OperationQueue.Event>.Continuation)
+    case timed(AsyncStream<OperationQueue.TimedEvent>.Continuation)
+
+    /// Delivers `event`; yielding buffers it and runs no user code.
+    func yield(_ event: OperationQueue.Event, at time: ContinuousClock.Instant) {
+        switch self {
+        case .plain(let continuation): continuation.yield(event)
+        case .timed(let continuation): continuation.yield(OperationQueue.TimedEvent(time: time, event: event))
+        }
     }
 }

@@ -20,8 +20,10 @@
 /// ``result`` is nil until the body returns, then `.success` or `.failure`;
 /// it stays nil for an operation cancelled before it started. ``value``
 /// waits for the operation and returns the value, throws the body's error,
-/// or throws `CancellationError` if there is no result. A thrown error is
-/// never lost: it is stored in ``result`` and ``Operation/failure``.
+/// or throws why there is no result (`CancellationError`, or a
+/// ``DependencyError`` naming the input that produced no value). A thrown
+/// error is never lost: it is stored in ``result`` and
+/// ``Operation/failure``.
 ///
 /// ## Passing results along dependencies
 /// `ResultOperation(after: a, b) { valueA, valueB in … }` depends on `a` and
@@ -29,23 +31,35 @@
 /// without the body capturing the inputs. Such an operation uses the
 /// ``DependencyFailurePolicy/cancelIfAnyFailedOrCancelled`` policy: if an
 /// input fails or is cancelled, it is cancelled too, with the reasons in
-/// ``Operation/dependencyErrors``. Once it has finished it lets go of its
-/// inputs (its ``Operation/dependencies`` become empty), so an input's
-/// result is released as soon as nothing else holds that operation.
+/// ``Operation/dependencyErrors``. If the policy is changed to `.runAnyway`
+/// and an input has no value when the body would run, the body does not run:
+/// the operation finishes with a ``DependencyError`` as its
+/// ``Operation/failure``. Removing an input with
+/// ``Operation/removeDependency(_:)`` is a misuse
+/// (``OperationMisuse/Code/resultInputRemoved``). Once it has finished the
+/// operation lets go of its inputs (they leave its
+/// ``Operation/dependencies``), so an input's result is released as soon as
+/// nothing else holds that operation.
 open class ResultOperation<Success: Sendable, Failure: Error>: Operation, @unchecked Sendable {
-    // @unchecked Sendable: `body`, `storedResult` and `releasesInputs` are
-    // read and written only while the state lock bit (see `Operation`) is held.
+    // @unchecked Sendable: `body`, `storedResult` and `inputs` are read and
+    // written only while the state lock bit (see `Operation`) is held;
+    // `hasAsyncBody` is immutable.
 
     /// The work, taken (and released) when the operation starts.
     enum Body {
         case sync(@Sendable () throws(Failure) -> Success)
         case async(@Sendable () async throws(Failure) -> Success)
+        /// A body fed with the inputs' values; nil when an input has none.
+        case syncInputs(@Sendable ([Operation]) throws(Failure) -> Success?)
+        case asyncInputs(@Sendable ([Operation]) async throws(Failure) -> Success?)
     }
 
     private final var body: Body?
     private final var storedResult: Result<Success, Failure>?
     private final let hasAsyncBody: Bool
-    private final var releasesInputs = false
+    /// The operations whose values the body receives, in order (also
+    /// dependencies). Retained here and released once the body has run.
+    private final var inputs: OperationList = .empty
 
     /// Creates an operation with a synchronous body.
     public init(_ body: @escaping @Sendable () throws(Failure) -> Success) {
@@ -61,6 +75,17 @@ open class ResultOperation<Success: Sendable, Failure: Error>: Operation, @unche
         super.init()
     }
 
+    private init(body: Body, inputs: [Operation]) {
+        self.body = body
+        if case .asyncInputs = body { hasAsyncBody = true } else { hasAsyncBody = false }
+        super.init()
+        for input in inputs {
+            addDependency(input)
+            withStateLock { _ in self.inputs.append(input) }
+        }
+        dependencyFailurePolicy = .cancelIfAnyFailedOrCancelled
+    }
+
     /// Creates an operation that depends on `inputs` and receives their
     /// values. If an input fails or is cancelled, this operation is
     /// cancelled and its body does not run.
@@ -68,15 +93,16 @@ open class ResultOperation<Success: Sendable, Failure: Error>: Operation, @unche
         after inputs: repeat ResultOperation<each Input, each InputFailure>,
         body: @escaping @Sendable (repeat each Input) throws(Failure) -> Success
     ) {
-        let captured = (repeat each inputs)
-        self.init { () throws(Failure) -> Success in
-            // The failure policy guarantees every input succeeded.
-            let values = (repeat (each captured).successValueAfterPolicy())
-            return try body(repeat each values)
-        }
-        for input in repeat each inputs { addDependency(input) }
-        dependencyFailurePolicy = .cancelIfAnyFailedOrCancelled
-        withStateLock { _ in releasesInputs = true }
+        var list: [Operation] = []
+        for input in repeat each inputs { list.append(input) }
+        self.init(body: .syncInputs({ operations throws(Failure) -> Success? in
+            var index = 0
+            let values = (repeat inputValue(ResultOperation<each Input, each InputFailure>.self, at: &index, in: operations))
+            for value in repeat each values {
+                if !isPresent(value) { return nil }
+            }
+            return try body(repeat (each values)!)
+        }), inputs: list)
     }
 
     /// Creates an operation with an `async` body that depends on `inputs`
@@ -85,82 +111,118 @@ open class ResultOperation<Success: Sendable, Failure: Error>: Operation, @unche
         after inputs: repeat ResultOperation<each Input, each InputFailure>,
         body: @escaping @Sendable (repeat each Input) async throws(Failure) -> Success
     ) {
-        let captured = (repeat each inputs)
-        self.init { () async throws(Failure) -> Success in
-            let values = (repeat (each captured).successValueAfterPolicy())
-            return try await body(repeat each values)
-        }
-        for input in repeat each inputs { addDependency(input) }
-        dependencyFailurePolicy = .cancelIfAnyFailedOrCancelled
-        withStateLock { _ in releasesInputs = true }
+        var list: [Operation] = []
+        for input in repeat each inputs { list.append(input) }
+        self.init(body: .asyncInputs({ operations async throws(Failure) -> Success? in
+            var index = 0
+            let values = (repeat inputValue(ResultOperation<each Input, each InputFailure>.self, at: &index, in: operations))
+            for value in repeat each values {
+                if !isPresent(value) { return nil }
+            }
+            return try await body(repeat (each values)!)
+        }), inputs: list)
     }
 
     /// True for an `async` body.
     open override var isAsynchronous: Bool { hasAsyncBody }
 
     /// The outcome: nil until the body returns (and for an operation
-    /// cancelled before it started), then the value or the error.
+    /// cancelled before it started, or whose inputs had no value), then the
+    /// value or the error.
     public final var result: Result<Success, Failure>? {
         withStateLock { _ in storedResult }
     }
 
     /// Waits for the operation to finish and returns its value.
     ///
-    /// - Throws: The body's error, or `CancellationError` when the operation
-    ///   was cancelled before its body ran. Cancelling the awaiting task
-    ///   cancels the operation.
+    /// - Throws: The body's error; `CancellationError` when the operation
+    ///   was cancelled before its body ran (by you, or by its failure
+    ///   policy: the reasons are in ``Operation/dependencyErrors``); the
+    ///   ``DependencyError`` naming an input that had no value (under
+    ///   `.runAnyway`); or the ``OperationMisuse`` of a wait
+    ///   that can never end, when a handler refused it. Cancelling the
+    ///   awaiting task cancels the operation.
     public final var value: Success {
         get async throws {
-            await finished()
-            guard let result else { throw CancellationError() }
+            if let misuse = await awaitRetirement() { throw misuse }
+            guard let result else {
+                if !isCancelled, let reason = failure as? DependencyError { throw reason }
+                throw CancellationError()
+            }
             return try result.get()
         }
     }
 
+    /// Removes a dependency; removing an input is a misuse
+    /// (``OperationMisuse/Code/resultInputRemoved``): the body needs its value.
+    open override func removeDependency(_ operation: Operation) {
+        if withStateLock({ _ in inputs.contains(operation) }) {
+            OperationMisuse.report(
+                .resultInputRemoved,
+                subject: misuseSubject,
+                "had its input \(operation.misuseSubject) removed from its dependencies; its body receives that input's value. Create the operation without that input instead."
+            )
+            return
+        }
+        super.removeDependency(operation)
+    }
+
     // MARK: Running
 
-    /// Starts the body: a synchronous body runs through `main()` on the
-    /// calling thread; an `async` body starts in a task and the operation
-    /// stays executing until it returns.
-    open override func start() {
+    /// Runs the body for the base `start()`: a synchronous body through
+    /// `main()` on the calling thread; an `async` body in a task, the
+    /// operation staying executing until it returns.
+    override func runBody() -> BodyOutcome {
         guard hasAsyncBody else {
-            super.start()
-            return
+            runMainWithThreadPriority()
+            return .finished
         }
+        guard let taken = takeBody() else { return .finished }
+        let (operations, work, carried) = (takenInputs(), taken, carriedContext)
         unowned(unsafe) let context = ThreadContext.current
-        guard beginStart(context: context) else { return }
-        guard case .async(let work)? = takeBody() else {
-            finish(announced: false)
-            return
-        }
         let queue = context.queue
         let qos = effectiveQualityOfService(queue: queue)
         let task = Task.detached(priority: qos.taskPriority) { [self] in
             let outcome = await OperationTaskContext.$current.withValue(
                 OperationTaskContext(operation: self, queue: queue)
-            ) { () async -> Result<Success, Failure> in
-                do throws(Failure) {
-                    return .success(try await work())
-                } catch {
-                    return .failure(error)
+            ) { () async -> Result<Success, Failure>? in
+                var outcome: Result<Success, Failure>?
+                let body: () async -> Void = {
+                    do throws(Failure) {
+                        switch work {
+                        case .async(let body): outcome = .success(try await body())
+                        case .asyncInputs(let body): outcome = try await body(operations).map { .success($0) }
+                        case .sync, .syncInputs: outcome = nil
+                        }
+                    } catch {
+                        outcome = .failure(error)
+                    }
                 }
+                if let carried { await carried.run(body) } else { await body() }
+                return outcome
             }
-            self.complete(with: outcome)
-            self.finish(announced: false)
+            self.complete(with: outcome, inputs: operations)
+            self.withThreadContext { self.bodyDidFinish(wasExecuting: true, announced: false) }?.run()
         }
         onCancel { task.cancel() }
+        return .continues
     }
 
     /// Runs a synchronous body.
     open override func main() {
-        guard case .sync(let work)? = takeBody() else { return }
-        let outcome: Result<Success, Failure>
+        guard let taken = takeBody() else { return }
+        let operations = takenInputs()
+        let outcome: Result<Success, Failure>?
         do throws(Failure) {
-            outcome = .success(try work())
+            switch taken {
+            case .sync(let body): outcome = .success(try body())
+            case .syncInputs(let body): outcome = try body(operations).map { .success($0) }
+            case .async, .asyncInputs: outcome = nil
+            }
         } catch {
             outcome = .failure(error)
         }
-        complete(with: outcome)
+        complete(with: outcome, inputs: operations)
     }
 
     private func takeBody() -> Body? {
@@ -170,22 +232,46 @@ open class ResultOperation<Success: Sendable, Failure: Error>: Operation, @unche
         }
     }
 
-    private func complete(with outcome: Result<Success, Failure>) {
-        var inputs = OperationList.empty
-        withStateLock { _ in
-            storedResult = outcome
-            if releasesInputs { inputs = storedDependencies.take() }
-        }
-        withExtendedLifetime(inputs) {}
-        if case .failure(let error) = outcome { recordFailure(error) }
+    private func takenInputs() -> [Operation] {
+        withStateLock { _ in inputs.array }
     }
 
-    /// The value of a finished input whose success the failure policy checked.
-    final func successValueAfterPolicy() -> Success {
-        guard case .success(let value)? = result else {
-            preconditionFailure("\(misuseSubject) has no value although the failure policy let its dependent run")
+    /// Stores the outcome and lets go of the inputs. A nil outcome means an
+    /// input had no value: the failure records which.
+    private func complete(with outcome: Result<Success, Failure>?, inputs operations: [Operation]) {
+        var released = OperationList.empty
+        withStateLock { _ in
+            storedResult = outcome
+            released = inputs.take()
+            for input in operations { storedDependencies.remove(input) }
         }
-        return value
+        switch outcome {
+        case .failure(let error)?:
+            recordFailure(error)
+        case nil:
+            if let missing = operations.first(where: { !$0.hasSuccessValue }) {
+                let reason: DependencyError.Reason = missing.failure.map { .failed($0) } ?? .cancelled
+                recordFailure(DependencyError(dependency: missing, reason: reason))
+            }
+        case .success?:
+            break
+        }
+        // The inputs may be the last references to long chains: released
+        // outside the lock (their release is iterative, see DependencyEdges).
+        withExtendedLifetime(released) {}
+        withExtendedLifetime(operations) {}
+    }
+
+    /// Hands the inputs to the releasing walk of `deinit` (a long chain of
+    /// `ResultOperation(after:)` released unrun must not recurse).
+    override func releasableOperations() -> OperationList {
+        withStateLock { _ in inputs.take() }
+    }
+
+    /// Whether this operation finished with a value.
+    override var hasSuccessValue: Bool {
+        if case .success? = result { return true }
+        return false
     }
 
     private func effectiveQualityOfService(queue: OperationQueue?) -> QualityOfService {
@@ -195,8 +281,25 @@ open class ResultOperation<Success: Sendable, Failure: Error>: Operation, @unche
     }
 }
 
+/// The value of the input at `index` (then advanced), or nil when that input
+/// produced none.
+private func inputValue<Input, InputFailure>(
+    _ type: ResultOperation<Input, InputFailure>.Type,
+    at index: inout Int,
+    in operations: [Operation]
+) -> Input? {
+    defer { index += 1 }
+    guard index < operations.count,
+          let input = operations[index] as? ResultOperation<Input, InputFailure>,
+          case .success(let value)? = input.result else { return nil }
+    return value
+}
+
+private func isPresent<Value>(_ value: Value?) -> Bool { value != nil }
+
 /// The operation an `async` body runs for, as a task-local value, so that
-/// `OperationQueue.current` and deadlock checks work inside async bodies.
+/// `OperationQueue.current`, adds that bypass the pending limit, and wait
+/// checks work inside async bodies.
 struct OperationTaskContext: Sendable {
     let operation: Operation
     let queue: OperationQueue?

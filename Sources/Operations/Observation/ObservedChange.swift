@@ -67,7 +67,7 @@ extension ObservedChange: CustomStringConvertible {
 ///
 /// Keep the token alive as long as you want notifications. The token does
 /// not keep the observed object alive.
-public final class Observation: Sendable {
+public final class KeyValueObservation: Sendable {
     private let registration: LockedValue<(ObservationRegistry, AnyObserverEntry)?>
 
     init(registry: ObservationRegistry, entry: AnyObserverEntry) {

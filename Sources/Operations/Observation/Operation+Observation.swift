@@ -37,7 +37,7 @@ extension KeyValueObservable where Self: Operation {
         _ keyPath: KeyPath<Self, Value>,
         options: ObservationOptions = [],
         changeHandler: @escaping @Sendable (Self, ObservedChange<Value>) -> Void
-    ) -> Observation {
+    ) -> KeyValueObservation {
         let entry = ObserverEntry<Self, Value>(
             key: Self.observationKey(for: keyPath),
             options: options,
@@ -46,7 +46,7 @@ extension KeyValueObservable where Self: Operation {
         )
         let registry = registerObserver(entry)
         entry.start(on: self)
-        return Observation(registry: registry, entry: entry)
+        return KeyValueObservation(registry: registry, entry: entry)
     }
 
     /// Observes a key by name, for keys that have no key path (for example a
@@ -59,7 +59,7 @@ extension KeyValueObservable where Self: Operation {
         key: String,
         options: ObservationOptions = [],
         changeHandler: @escaping @Sendable (Self, ObservedChange<Any?>) -> Void
-    ) -> Observation {
+    ) -> KeyValueObservation {
         let entry = ObserverEntry<Self, Any?>(
             key: key,
             options: options,
@@ -68,7 +68,7 @@ extension KeyValueObservable where Self: Operation {
         )
         let registry = registerObserver(entry)
         entry.start(on: self)
-        return Observation(registry: registry, entry: entry)
+        return KeyValueObservation(registry: registry, entry: entry)
     }
 
     /// The key a key path stands for, or nil for a key path the library

@@ -16,7 +16,7 @@ extension KeyValueObservable where Self: OperationQueue {
         _ keyPath: KeyPath<Self, Value>,
         options: ObservationOptions = [],
         changeHandler: @escaping @Sendable (Self, ObservedChange<Value>) -> Void
-    ) -> Observation {
+    ) -> KeyValueObservation {
         let entry = ObserverEntry<Self, Value>(
             key: Self.observationKey(for: keyPath),
             options: options,
@@ -25,7 +25,7 @@ extension KeyValueObservable where Self: OperationQueue {
         )
         let registry = registerObserver(entry)
         entry.start(on: self)
-        return Observation(registry: registry, entry: entry)
+        return KeyValueObservation(registry: registry, entry: entry)
     }
 
     static func observationKey<Value>(for keyPath: KeyPath<Self, Value>) -> String? {

@@ -16,7 +16,9 @@
 ///
 /// or subclass it, override ``execute()``, and call ``finish()``.
 ///
-/// Cancelled before it starts, it finishes without running its work.
+/// Cancelled before it starts, it finishes without running its work. It
+/// does not override ``Operation/start()``: a queue treats it like any
+/// operation that keeps the base `start()`.
 /// Cancelled while executing, it keeps executing until ``finish()``: check
 /// ``Operation/isCancelled`` in your callbacks. Its dependents, its queue
 /// slot, its completion block and its waiters all follow ``finish()``, so
@@ -42,23 +44,18 @@ open class AsyncOperation: Operation, @unchecked Sendable {
     /// Always true: the operation finishes when ``finish()`` is called.
     open override var isAsynchronous: Bool { true }
 
-    /// Starts the work: validates the call like ``Operation/start()``, then
-    /// calls ``execute()`` unless the operation was cancelled, in which case
-    /// it finishes at once.
-    open override func start() {
-        unowned(unsafe) let context = ThreadContext.current
-        guard beginStart(context: context) else { return }
-        let savedOperation = context.operationReference
-        let savedStarting = context.queueStartingReference
-        context.operationReference = Unmanaged.passUnretained(self)
-        context.queueStartingReference = nil
-        let priority = loadState().hasCustomThreadPriority
-            ? ThreadPriorityChange.apply(threadPriority, context: context)
-            : nil
-        execute()
-        priority?.restore(context: context)
-        context.operationReference = savedOperation
-        context.queueStartingReference = savedStarting
+    /// Runs ``execute()`` for the base `start()`, which validates the start
+    /// and skips the work when the operation was cancelled. The operation
+    /// stays executing until ``finish()``.
+    override func runBody() -> BodyOutcome {
+        guard loadState().hasCustomThreadPriority else {
+            withCarriedContext { execute() }
+            return .continues
+        }
+        let change = ThreadPriorityChange.apply(threadPriority)
+        withCarriedContext { execute() }
+        change?.restore()
+        return .continues
     }
 
     /// The work. The default runs the block given to ``init(block:)``.
@@ -83,7 +80,7 @@ open class AsyncOperation: Operation, @unchecked Sendable {
     /// started is a misuse (``OperationMisuse/Code/finishBeforeStart``).
     public final func finish() {
         let state = loadState()
-        if state.phase == .pending && !state.hasStarted {
+        if !state.hasBaseStarted {
             OperationMisuse.report(
                 .finishBeforeStart,
                 subject: misuseSubject,
@@ -91,6 +88,7 @@ open class AsyncOperation: Operation, @unchecked Sendable {
             )
             return
         }
-        finish(announced: false)
+        guard state.isBaseExecuting else { return }
+        withThreadContext { bodyDidFinish(wasExecuting: true, announced: false) }?.run()
     }
 }

@@ -35,7 +35,7 @@ open class BlockOperation: Operation, @unchecked Sendable {
     /// misuse (``OperationMisuse/Code/executionBlockAfterStart``).
     open func addExecutionBlock(_ block: @escaping @Sendable () -> Void) {
         let refused = withStateLock { state -> Bool in
-            guard state.phase == .pending, !state.hasStarted else { return true }
+            guard !state.hasBaseStarted, !state.isFinished else { return true }
             blocks.append(block)
             return false
         }
@@ -108,13 +108,15 @@ final class ConcurrentBlocks: Sendable {
     private let unfinished: Atomic<Int>
     private let done = WaitSignal()
     private let operation: Operation
-    private let queue: OperationQueue?
+    /// The queue running the operation, unretained: the operation is its
+    /// member until every block has run, which keeps the queue alive.
+    private let queue: Unmanaged<OperationQueue>?
 
     init(_ blocks: [@Sendable () -> Void], operation: Operation) {
         self.blocks = blocks
         self.unfinished = Atomic(blocks.count)
         self.operation = operation
-        self.queue = ThreadContext.current.queue
+        self.queue = ThreadContext.current.queueReference
     }
 
     func run() {
@@ -128,20 +130,16 @@ final class ConcurrentBlocks: Sendable {
         }
         runClaimedBlocks()
         if unfinished.load(ordering: .acquiring) > 0 {
-            unowned(unsafe) let context = ThreadContext.current
-            WorkerPool.shared.blocking(context: context) { _ = done.wait() }
+            WorkerPool.shared.blocking { _ = done.wait() }
         }
     }
 
     private func helpOnPoolThread() {
-        unowned(unsafe) let context = ThreadContext.current
-        let savedQueue = context.queueReference
-        let savedOperation = context.operationReference
-        context.queue = queue
-        context.operation = operation
-        runClaimedBlocks()
-        context.queueReference = savedQueue
-        context.operationReference = savedOperation
+        ThreadContext.withCurrent { context in
+            let saved = context.enter(operation, queue: queue)
+            runClaimedBlocks()
+            context.leave(restoring: saved)
+        }
     }
 
     private func runClaimedBlocks() {
@@ -156,14 +154,8 @@ final class ConcurrentBlocks: Sendable {
     }
 }
 
-/// The operation behind `addBarrierBlock(_:)`. It drops its dependencies
-/// once it has run, so that a long-lived queue's barriers do not keep the
-/// history of finished operations alive.
+/// The operation behind `addBarrierBlock(_:)`.
 final class BarrierOperation: BlockOperation, @unchecked Sendable {
-    // @unchecked Sendable: no stored state of its own.
-    override func main() {
-        super.main()
-        let released = withStateLock { _ in storedDependencies.take() }
-        withExtendedLifetime(released) {}
-    }
+    // @unchecked Sendable: no stored state of its own. The queue gates the
+    // operations around it (see `QueueState`); it has no dependency edges.
 }

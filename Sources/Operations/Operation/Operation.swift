@@ -1,11 +1,4 @@
 import Synchronization
-#if canImport(Glibc)
-import Glibc
-#elseif canImport(Musl)
-import Musl
-#elseif canImport(Darwin)
-import Darwin
-#endif
 
 /// A unit of work with a lifecycle, dependencies, a priority, cancellation,
 /// a completion block and observable state: the Swift counterpart of
@@ -16,233 +9,102 @@ import Darwin
 /// concurrent operation that announces its own state with
 /// ``willChangeValue(forKey:)`` / ``didChangeValue(forKey:)``, exactly as in
 /// Apple's "Operation Queues" chapter. ``BlockOperation``,
-/// ``InvocationOperation`` and ``AsyncOperation`` are ready-made subclasses.
+/// ``InvocationOperation``, ``AsyncOperation`` and ``ResultOperation`` are
+/// ready-made subclasses.
 ///
 /// ## Lifecycle
 /// An operation is *pending*, then *executing*, then *finished*; a cancelled
-/// operation that never started goes straight from pending to finished
-/// without running ``main()``. It is *ready* when it is cancelled or every
-/// dependency has finished. After it finishes, its dependents are released,
-/// its completion block runs once, and only then do ``waitUntilFinished()``
-/// callers (and its queue's waiters) wake.
+/// operation that is started finishes without running ``main()``. It is
+/// *ready* when it is cancelled or every dependency has finished.
+///
+/// When it finishes, in this order: its dependents are released (and may
+/// start), it leaves its queue (``OperationQueue/operationCount`` no longer
+/// counts it), `isExecuting`/`isFinished` observers run, its completion block
+/// runs once, and then ``waitUntilFinished()`` callers wake.
+///
+/// ## Overridden getters are the truth
+/// A subclass may override ``isReady``, ``isExecuting``, ``isFinished`` and
+/// ``isCancelled`` and announce changes with ``didChangeValue(forKey:)``. The
+/// library then acts on what the getter returns when it is notified: an
+/// announcement is only a notification. In particular, after the default
+/// ``start()`` runs ``main()``, an operation whose class overrides
+/// ``isFinished`` is finished only once that getter returns true.
 ///
 /// ## Thread safety
-/// Every member may be called from any thread. State lives in one atomic
-/// word: reading ``isCancelled``, ``isReady``, ``isExecuting`` or
-/// ``isFinished`` is a single atomic load, cheap enough to poll in a loop.
-/// Changes take a lock bit in that word, and no observer, completion block or
-/// other user code ever runs while it is held.
+/// Every member may be called from any thread. The base state lives in one
+/// atomic word: reading ``isCancelled``, ``isReady``, ``isExecuting`` or
+/// ``isFinished`` is one atomic load, cheap enough to poll. No observer,
+/// completion block, overridden getter or other user code runs while a
+/// library lock is held.
 ///
 /// In a file that also imports Foundation, write
 /// `import class Operations.Operation` so that the name refers to this class.
-/// Subclasses should restate `@unchecked Sendable`, as with Foundation.
+/// Subclasses restate `@unchecked Sendable`, as with Foundation, and protect
+/// their own state.
 open class Operation: @unchecked Sendable {
     // @unchecked Sendable, justified field by field:
-    // (storedDependents holds weak references: see `DependentList`.)
-    // - `stateWord` is atomic. Its bit 0 is a lock bit (`withStateLock`).
-    // - `storedDependencies`, `storedDependents`, `storedQueue` and `extras`
+    // - `stateWord` is atomic; bit 0 is a lock bit (`OperationCore.swift`,
+    //   the only file that changes the word).
+    // - `storedDependencies`, `storedDependents`, `membership` and `extras`
     //   are read and written only while that lock bit is held.
-    // - The `queue…` link fields are read and written only while the lock of
-    //   the `OperationQueue` that owns the operation is held (the queue sets
-    //   them after claiming the operation and clears them before releasing it).
+    // - `queueLink` is read and written only by the files of `Queue/`, while
+    //   the lock of the queue that owns the operation is held.
 
-    /// The lifecycle word: see `OperationState`.
+    /// The lifecycle word (see `OperationState`). Changed only in
+    /// `OperationCore.swift`.
     final let stateWord = Atomic<UInt64>(OperationState.defaultRaw)
 
     // Guarded by the state lock bit. The lock already guarantees exclusive
-    // access, so Swift's dynamic exclusivity checks (about 60 instructions
-    // per access) are turned off for these fields.
-    @exclusivity(unchecked) final var storedDependencies: OperationList = .empty
-    @exclusivity(unchecked) final var storedDependents: DependentList = .empty
-    /// The queue that owns the operation, unretained: a queue retains itself
-    /// while it holds operations (see `OperationQueue.retainedSelf`), and
-    /// gives up that retain only after the last operation's
-    /// `completeRetirement()` has cleared this field. Saves a cross-thread
-    /// retain/release of the queue per operation.
-    @exclusivity(unchecked) final var queueReference: Unmanaged<OperationQueue>?
+    // access, so Swift's dynamic exclusivity checks are turned off for these.
 
-    /// The owning queue as a strong reference. Read with the lock bit held,
-    /// before the operation retires.
-    final var storedQueue: OperationQueue? {
-        get { queueReference?.takeUnretainedValue() }
-        set { queueReference = newValue.map { Unmanaged.passUnretained($0) } }
-    }
+    /// The operations this one waits for, retained (see `DependencyEdges.swift`).
+    @exclusivity(unchecked) final var storedDependencies: OperationList = .empty
+    /// The operations waiting for this one, unretained (see `DependentList`).
+    @exclusivity(unchecked) final var storedDependents: DependentList = .empty
+    /// The queue that owns the operation, unretained: the queue keeps itself
+    /// alive while it holds operations or has retirements in flight (see
+    /// `OperationQueue.retainedSelf`), which covers every use through this
+    /// field (`QueueMembership.swift`).
+    @exclusivity(unchecked) final var membership: Unmanaged<OperationQueue>?
+    /// Rarely used storage, allocated on first use.
     @exclusivity(unchecked) final var extras: OperationExtras?
 
-    // Guarded by the owning queue's lock (exclusivity checks off, as above).
-    // Unmanaged, so that moving operations between lists costs no reference
-    // counting: the queue's add-order list owns one retain of each operation,
-    // taken in `QueueScheduler.link` and given back in `retire`.
-    /// Neighbours in the queue's add-order list.
-    @exclusivity(unchecked) final var queueNext: Unmanaged<Operation>?
-    @exclusivity(unchecked) final var queuePrevious: Unmanaged<Operation>?
-    /// Neighbours in the queue's ready lane.
-    @exclusivity(unchecked) final var laneNext: Unmanaged<Operation>?
-    @exclusivity(unchecked) final var lanePrevious: Unmanaged<Operation>?
-    /// The ready lane holding the operation, or -1.
-    @exclusivity(unchecked) final var laneIndex: Int8 = -1
-    /// Queue bookkeeping flags (`QueueLinkFlags`).
-    @exclusivity(unchecked) final var queueFlags: UInt8 = 0
+    /// The operation's place in its queue. Owned by the queue (see `QueueLink`).
+    @exclusivity(unchecked) final var queueLink = QueueLink()
 
     /// Creates a pending operation with normal priority and default quality
     /// of service.
     public init() {}
 
     deinit {
-        if case .empty = storedDependencies, extras == nil { return }
-        unregisterFromUnretiredDependencies()
-        // Release the dependency chain iteratively: a long chain released
-        // recursively (each operation freeing its dependency in its deinit)
-        // would overflow the stack at around 100k links. Each dependency that
-        // only this walk still holds gives up its own dependencies to the
-        // walk before it is released, so every deinit along the chain finds
-        // nothing left to release. A chain costs no allocation.
-        var current = storedDependencies.take()
-        var pending: [OperationList] = []
-        if let hidden = extras?.hiddenDependency {
-            extras?.hiddenDependency = nil
-            pending.append(.one(hidden))
-        }
-        while true {
-            switch current {
-            case .empty:
-                guard let next = pending.popLast() else { return }
-                current = next
-            case .one(var operation):
-                current = .empty
-                if isKnownUniquelyReferenced(&operation) {
-                    current = operation.takeDependenciesForRelease(into: &pending)
-                }
-            case .many(var list):
-                current = .empty
-                while var operation = list.popLast() {
-                    if isKnownUniquelyReferenced(&operation) {
-                        pending.append(operation.takeDependenciesForRelease(into: &pending))
-                    }
-                }
-            }
-        }
-    }
-
-    /// Removes this (deallocating) operation from the dependents of every
-    /// dependency that has not retired, so that a dependency finishing later
-    /// never touches freed memory (see `DependentList`). A dependency that
-    /// is finishing right now holds its lock: waiting for it here keeps this
-    /// operation's memory valid until it is done.
-    private final func unregisterFromUnretiredDependencies() {
-        func unregister(from dependency: Operation) {
-            guard !dependency.loadState().isRetired else { return }
-            dependency.withStateLock { _ in _ = dependency.storedDependents.remove(self) }
-        }
-        storedDependencies.forEach(unregister)
-        if let hidden = extras?.hiddenDependency { unregister(from: hidden) }
-    }
-
-    /// A strong reference to the operation behind `entry`, or nil if it is
-    /// being deallocated. Call while holding the lock of the operation whose
-    /// `storedDependents` holds `entry` (see `DependentList`).
-    static func retainIfAlive(_ entry: Unmanaged<Operation>) -> Operation? {
-        entry._withUnsafeGuaranteedRef { operation -> Operation? in
-            let state = operation.loadState()
-            // Owned by a queue until it retires: certainly alive.
-            if state.isEnqueued, !state.isRetired { return operation }
-            return probe(operation)
-        }
-    }
-
-    /// A weak reference to an operation whose deinitialization has begun
-    /// reads as nil: the runtime's way to retain only if still alive. (It
-    /// gives the operation a side table, which is why it is used only for
-    /// dependents that are not owned by a queue.)
-    @inline(never)
-    private static func probe(_ operation: Operation) -> Operation? {
-        weak let reference = operation
-        return reference
-    }
-
-    /// Hands this operation's dependencies to a releasing walk. Only called
-    /// when nothing else references the operation.
-    private final func takeDependenciesForRelease(into pending: inout [OperationList]) -> OperationList {
-        if let hidden = extras?.hiddenDependency {
-            extras?.hiddenDependency = nil
-            pending.append(.one(hidden))
-        }
-        return storedDependencies.take()
-    }
-
-    // MARK: The state word
-
-    /// A snapshot of the lifecycle state, without taking the lock.
-    @inline(__always)
-    final func loadState() -> OperationState {
-        OperationState(raw: stateWord.load(ordering: .acquiring))
-    }
-
-    /// Runs `body` with the state lock bit held, then publishes the new state.
-    ///
-    /// `body` may read and write the fields guarded by the lock bit. It must
-    /// not call user code, take another operation's lock (except where the
-    /// dependency code documents an order), or take a queue's lock.
-    @inline(__always)
-    final func withStateLock<R>(_ body: (inout OperationState) -> R) -> R {
-        var current = stateWord.load(ordering: .relaxed)
-        var spins = 0
-        while true {
-            if current & OperationState.lockBit == 0 {
-                let (exchanged, original) = stateWord.weakCompareExchange(
-                    expected: current,
-                    desired: current | OperationState.lockBit,
-                    successOrdering: .acquiring,
-                    failureOrdering: .relaxed
-                )
-                if exchanged { break }
-                current = original
-            } else {
-                spins += 1
-                if spins > 64 { sched_yield() }
-                current = stateWord.load(ordering: .relaxed)
-            }
-        }
-        var state = OperationState(raw: current)
-        let result = body(&state)
-        stateWord.store(state.raw, ordering: .releasing)
-        return result
-    }
-
-    /// The extras box, created on first use. Call with the lock bit held.
-    final func extrasWhileLocked() -> OperationExtras {
-        if let extras { return extras }
-        let created = OperationExtras()
-        extras = created
-        return created
+        releaseEdgesOnDeinit()
     }
 
     // MARK: Work
 
     /// Begins the operation.
     ///
-    /// The default implementation checks that the operation may start
-    /// (it must be ready, not yet started and, if a queue owns it, started by
+    /// The default implementation checks that the operation may start (it
+    /// must be ready, not yet started and, if a queue owns it, started by
     /// that queue), then runs ``main()`` on the calling thread with
-    /// ``threadPriority`` applied, and finishes. If the operation was
-    /// cancelled before it started, it finishes without running ``main()``.
+    /// ``threadPriority`` applied. An operation that is cancelled when it
+    /// starts skips ``main()``. Afterwards the operation is finished, unless
+    /// its class overrides ``isFinished`` and that getter still returns
+    /// false, in which case it finishes when a later
+    /// `didChangeValue(forKey: "isFinished")` finds it true.
     ///
     /// Override it (without calling `super`) to build a concurrent operation:
     /// start the work asynchronously, and announce `isExecuting` and
     /// `isFinished` with ``willChangeValue(forKey:)`` and
-    /// ``didChangeValue(forKey:)``. Or subclass ``AsyncOperation``, which
-    /// does that for you.
+    /// ``didChangeValue(forKey:)``. A queue calls `start()` on every
+    /// operation it dequeues, cancelled ones included, so check
+    /// ``isCancelled`` first and move to finished if it is set.
     ///
     /// Misuse (starting an operation that is not ready, is executing, has
     /// finished, or belongs to a queue) is reported through
     /// ``OperationMisuse``.
     open func start() {
-        let run = ThreadContext.withCurrent { context -> Bool in
-            guard beginStart(context: context) else { return false }
-            runMain(context: context)
-            return true
-        }
-        if run { finish(announced: false) }
+        startByCall()
     }
 
     /// The operation's work. The default implementation does nothing.
@@ -255,9 +117,13 @@ open class Operation: @unchecked Sendable {
     ///
     /// Cancellation is cooperative: it sets ``isCancelled``, which ``main()``
     /// is expected to poll. An operation cancelled before it starts becomes
-    /// ready at once, even with unfinished dependencies, and finishes without
-    /// running ``main()`` when it is started; its queue retires it promptly.
-    /// Cancelling a finished or already-cancelled operation does nothing.
+    /// ready at once, even with unfinished dependencies (breaking a
+    /// dependency cycle, for example); when it is started it finishes without
+    /// running ``main()``. In a queue, such an operation is retired promptly
+    /// and without a slot of ``OperationQueue/maxConcurrentOperationCount``,
+    /// unless its class overrides ``start()``, in which case its `start()` is
+    /// called in its turn. Cancelling a finished or already-cancelled
+    /// operation does nothing.
     open func cancel() {
         performCancel()
     }
@@ -268,18 +134,17 @@ open class Operation: @unchecked Sendable {
     /// hand. Adding a dependency that is already present does nothing.
     /// Adding one after this operation started has no effect on its start.
     ///
-    /// A dependency that would close a cycle (this operation already
-    /// directly or indirectly precedes `operation`) is a misuse
-    /// (``OperationMisuse/Code/dependencyCycle``) reported with the names of
-    /// the operations on the cycle; the dependency is not added. Detection
-    /// is immediate for all but very large, densely connected graphs; in
-    /// those, the cycle is reported at the latest when a queue holding it
-    /// would otherwise stall.
+    /// As in Foundation, a dependency that closes a cycle is kept: the
+    /// operations on the cycle never start unless one of them is cancelled
+    /// (a cancelled operation is ready whatever its dependencies).
+    /// ``OperationQueue/diagnostics()`` names such cycles, and
+    /// ``OperationMisuse/reportsDependencyCycles`` turns them into misuses.
     ///
-    /// - Complexity: O(1) when this operation has no dependents yet (the
-    ///   usual way graphs are built), otherwise bounded by a small search.
+    /// - Complexity: O(1) amortized, plus a duplicate check bounded by the
+    ///   shorter of this operation's dependencies and `operation`'s
+    ///   dependents.
     open func addDependency(_ operation: Operation) {
-        addDependency(operation, hidden: false)
+        performAddDependency(operation)
     }
 
     /// Removes a dependency. If `operation` had not finished, this operation
@@ -299,24 +164,22 @@ open class Operation: @unchecked Sendable {
     /// Whether ``cancel()`` has been called. A single atomic load.
     open var isCancelled: Bool { loadState().isCancelled }
 
-    /// Whether the operation is running its task.
-    open var isExecuting: Bool { loadState().isExecuting }
+    /// Whether the default ``start()`` is running the operation's body.
+    open var isExecuting: Bool { loadState().isBaseExecuting }
 
-    /// Whether the operation has finished (or was cancelled and then started).
-    open var isFinished: Bool { loadState().isFinished }
+    /// Whether the operation has finished (its body ran, or it was cancelled
+    /// and then started).
+    open var isFinished: Bool { loadState().isBaseFinished }
 
     /// Whether the operation can start now: it is cancelled, or all of its
     /// dependencies have finished.
     ///
-    /// Override it to add conditions of your own, combine them with
-    /// `super.isReady`, and announce changes with
-    /// `willChangeValue(forKey: "isReady")` / `didChangeValue(forKey: "isReady")`;
-    /// a queue re-checks readiness when you do. A queue starts an operation
-    /// only when both this property and the dependencies agree: an override
-    /// that ignores `super.isReady` cannot make a queue start an operation
-    /// before its dependencies have finished (remove the dependencies
-    /// instead).
-    open var isReady: Bool { loadState().isReady }
+    /// Override it to add conditions of your own (typically
+    /// `super.isReady && myCondition`) and announce changes with
+    /// `willChangeValue(forKey: "isReady")` / `didChangeValue(forKey: "isReady")`:
+    /// a queue starts an operation when this getter returns true, as read
+    /// when it was last notified.
+    open var isReady: Bool { loadState().isBaseReady }
 
     /// Whether the operation runs asynchronously with respect to the thread
     /// that calls ``start()``. The default is false.
@@ -365,20 +228,7 @@ open class Operation: @unchecked Sendable {
     /// A value outside 0.0 ... 1.0 is a misuse (``OperationMisuse/Code/invalidThreadPriority``).
     open var threadPriority: Double {
         get { withStateLock { _ in extras?.threadPriority ?? 0.5 } }
-        set {
-            guard newValue >= 0, newValue <= 1, !newValue.isNaN else {
-                OperationMisuse.report(
-                    .invalidThreadPriority,
-                    subject: misuseSubject,
-                    "was given threadPriority \(newValue); it must be between 0.0 and 1.0."
-                )
-                return
-            }
-            withStateLock { state in
-                extrasWhileLocked().threadPriority = newValue
-                state.hasCustomThreadPriority = newValue != 0.5
-            }
-        }
+        set { setThreadPriority(newValue) }
     }
 
     /// A name for debugging, logs and misuse messages.
@@ -387,10 +237,13 @@ open class Operation: @unchecked Sendable {
         set {
             let observed = loadState().isObserved
             if observed { notifyWillChange(["name"]) }
-            withStateLock { _ in
-                if newValue == nil && extras == nil { return }
-                extrasWhileLocked().name = newValue
+            let released = withStateLock { _ -> String? in
+                if newValue == nil && extras == nil { return nil }
+                let old = extrasWhileLocked().name
+                extras?.name = newValue
+                return old
             }
+            withExtendedLifetime(released) {}
             if observed { notifyDidChange(["name"]) }
         }
     }
@@ -399,10 +252,11 @@ open class Operation: @unchecked Sendable {
     /// including when it was cancelled.
     ///
     /// It runs on the thread that finished the operation, after dependents
-    /// have been released and before ``waitUntilFinished()`` returns. It is
-    /// released as soon as it has run, so a block that captures its own
-    /// operation does not leak. Setting a non-nil block after the operation
-    /// began executing is a misuse; setting nil is always allowed.
+    /// have been released and the operation has left its queue, and before
+    /// ``waitUntilFinished()`` returns. It is released as soon as it has
+    /// run, so a block that captures its own operation does not leak.
+    /// Setting a non-nil block after the operation began executing is a
+    /// misuse; setting nil is always allowed.
     open var completionBlock: (@Sendable () -> Void)? {
         get { withStateLock { _ in extras?.completionBlock } }
         set { setCompletionBlock(newValue) }
@@ -411,11 +265,13 @@ open class Operation: @unchecked Sendable {
     /// Blocks the calling thread until the operation has finished and its
     /// completion block has run.
     ///
-    /// Works for synchronous and asynchronous operations. Waiting for an
-    /// operation that can only run after the caller (itself, one that
-    /// depends on the calling operation, or one queued behind it on the same
-    /// serial queue) is a misuse (``OperationMisuse/Code/waitDeadlock``)
-    /// instead of a silent hang. On a pool worker, the pool starts another
+    /// Works for synchronous and asynchronous operations. A wait that can
+    /// never end — for itself from inside its own `start()`/`main()`, for an
+    /// operation that depends on the caller, for one queued behind the caller
+    /// on a serial queue, or any longer cycle of waits through other threads
+    /// — is a misuse (``OperationMisuse/Code/waitDeadlock``) instead of a
+    /// silent hang. From the operation's own completion block or `isFinished`
+    /// observer it returns at once. On a pool worker, the pool starts another
     /// worker while this one waits, so waits cannot starve the pool.
     @available(*, noasync, message: "Blocks a thread; in async code use `await operation.finished()`.")
     open func waitUntilFinished() {
@@ -429,25 +285,68 @@ open class Operation: @unchecked Sendable {
     /// Custom concurrent operations call this (and ``didChangeValue(forKey:)``)
     /// around changes to their own `executing` / `finished` flags. Observers
     /// registered with `.prior` are told now, and `.old` values are read now.
+    /// Keys that depend on `key` (see
+    /// ``keyPathsForValuesAffectingValue(forKey:)``) are announced too.
     open func willChangeValue(forKey key: String) {
-        if loadState().isObserved { notifyWillChange([key]) }
+        handleWillChange(key)
     }
 
     /// Announces that the value for `key` has changed.
     ///
-    /// Observers are told first. Then, for the keys the library relies on:
-    /// - `isFinished`, when ``isFinished`` now returns true: the operation
-    ///   finishes — dependents are released, its queue frees the slot, the
-    ///   completion block runs and waiters wake.
-    /// - `isExecuting`, when ``isExecuting`` now returns true: the operation
-    ///   counts as started.
-    /// - `isReady`: its queue re-checks ``isReady``.
-    /// - `isCancelled`, when ``isCancelled`` now returns true: the operation
-    ///   counts as cancelled.
+    /// Observers are told, and for the keys the library relies on it reads
+    /// the (possibly overridden) getter and acts on its value:
+    /// - `isFinished`: if ``isFinished`` now returns true, the operation
+    ///   finishes: dependents are released, it leaves its queue, then
+    ///   observers are told, the completion block runs and waiters wake.
+    /// - `isReady`, `isCancelled`: its queue re-reads ``isReady`` and
+    ///   ``isCancelled``; a true `isCancelled` also cancels an `async` body.
+    ///
+    /// An announcement never changes the state by itself.
     open func didChangeValue(forKey key: String) {
-        if loadState().isObserved { notifyDidChange([key]) }
-        handleAnnouncement(key)
+        handleDidChange(key)
     }
+
+    /// The keys whose values affect the value of `key`, as Foundation's
+    /// `NSObject` method of the same name: announcing one of them announces
+    /// `key` too.
+    ///
+    /// The default returns an empty set. A subclass that keeps one `state`
+    /// property and announces only that key returns `["state"]` for
+    /// `isReady`, `isExecuting` and `isFinished`:
+    ///
+    /// ```swift
+    /// override class func keyPathsForValuesAffectingValue(forKey key: String) -> Set<String> {
+    ///     switch key {
+    ///     case "isReady", "isExecuting", "isFinished": return ["state"]
+    ///     default: return super.keyPathsForValuesAffectingValue(forKey: key)
+    ///     }
+    /// }
+    /// ```
+    ///
+    /// Then `willChangeValue(forKey: "state")` / `didChangeValue(forKey: "state")`
+    /// notify observers of those keys and make the queue re-read them.
+    open class func keyPathsForValuesAffectingValue(forKey key: String) -> Set<String> {
+        []
+    }
+
+    // MARK: Hooks for the library's own subclasses (internal)
+
+    /// Runs the operation's work for the base `start()`: ``main()`` with the
+    /// thread priority applied. `AsyncOperation` and `ResultOperation`
+    /// override it for asynchronous bodies (user subclasses override `main()`
+    /// or `start()`).
+    func runBody() -> BodyOutcome {
+        runMainWithThreadPriority()
+        return .finished
+    }
+
+    /// Operations a subclass retains outside `dependencies` that may form
+    /// long chains (a `ResultOperation`'s inputs), handed to the releasing
+    /// walk of `deinit`. The default has none.
+    func releasableOperations() -> OperationList { .empty }
+
+    /// Whether this operation finished with a value (`ResultOperation`).
+    var hasSuccessValue: Bool { false }
 
     // MARK: Description
 
@@ -475,18 +374,49 @@ final class OperationExtras {
     var name: String?
     var completionBlock: (@Sendable () -> Void)?
     var threadPriority: Double = 0.5
-    /// Registered observers; also referenced by their `Observation` tokens.
+    /// Registered observers; also referenced by their tokens.
     var observers: ObservationRegistry?
-    /// Called once the operation retires (waiters, awaiting tasks).
-    var retireCallbacks: [@Sendable () -> Void] = []
+    /// Woken once the operation retires (blocking waiters, awaiting tasks).
+    var waiters = CallbackList()
     /// Called once when the operation is cancelled (async bodies).
     var cancellationHandlers: [@Sendable () -> Void] = []
-    /// A dependency that `dependencies` does not list: the queue's barrier.
-    var hiddenDependency: Operation?
     /// The error the operation failed with (`ResultOperation`, failure policies).
     var failure: (any Error)?
     /// What happens when a dependency fails or is cancelled.
     var failurePolicy: DependencyFailurePolicy = .runAnyway
     /// The dependency failures that made a failure policy cancel the operation.
     var dependencyErrors: [DependencyError] = []
+    /// Values carried from the code that added it (`OperationContextPropagation`).
+    var carriedContext: CarriedContext?
+}
+
+/// Callbacks registered until an event, each removable by its key (so that a
+/// wait that times out leaves nothing behind).
+struct CallbackList {
+    private var entries: [(key: Int, callback: @Sendable () -> Void)] = []
+    private var nextKey = 0
+
+    var isEmpty: Bool { entries.isEmpty }
+    var count: Int { entries.count }
+
+    /// Adds `callback`; returns the key that removes it.
+    mutating func add(_ callback: @escaping @Sendable () -> Void) -> Int {
+        nextKey += 1
+        entries.append((nextKey, callback))
+        return nextKey
+    }
+
+    /// Removes the callback added under `key`, if still there. Returns it, so
+    /// that the caller releases it after unlocking.
+    @discardableResult
+    mutating func remove(_ key: Int) -> (@Sendable () -> Void)? {
+        guard let index = entries.firstIndex(where: { $0.key == key }) else { return nil }
+        return entries.remove(at: index).callback
+    }
+
+    /// Takes every callback, leaving the list empty.
+    mutating func takeAll() -> [@Sendable () -> Void] {
+        defer { entries = [] }
+        return entries.map(\.callback)
+    }
 }

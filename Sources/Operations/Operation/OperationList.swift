@@ -1,8 +1,8 @@
 /// A list of operations that stores zero or one element without allocating.
 ///
-/// Most operations have at most one dependency and at most one dependent
-/// (chains, fan-out leaves), so the common case costs no array allocation.
-/// Order is insertion order. Not thread-safe: the owner's lock guards it.
+/// Most operations have at most one dependency (chains, fan-out leaves), so
+/// the common case costs no array allocation. Order is insertion order. Not
+/// thread-safe: the owner's lock guards it.
 enum OperationList: Sendable {
     case empty
     case one(Operation)
@@ -44,10 +44,17 @@ enum OperationList: Sendable {
             list.append(operation)
             self = .many(list)
         case .many(var list):
-            self = .empty  // release the array's other reference before mutating
+            self = .empty  // drop the enum's reference so the array is unique
             list.append(operation)
             self = .many(list)
         }
+    }
+
+    /// This list followed by `other`.
+    func appending(contentsOf other: OperationList) -> OperationList {
+        if other.isEmpty { return self }
+        if isEmpty { return other }
+        return .many(array + other.array)
     }
 
     /// Removes the first occurrence. Returns whether it was present.
@@ -97,28 +104,21 @@ enum OperationList: Sendable {
 /// The operations waiting for one operation to finish, held without
 /// retaining them.
 ///
-/// A dependent holds its dependencies strongly (`dependencies`, as in
-/// Foundation); this reverse edge must not, or a graph that is built and
-/// never run would be a reference cycle and leak. It is not `weak` either:
-/// a weak reference gives its target a side table, which sends every later
-/// retain and release of that operation down the runtime's slow path (about
-/// 40% of the cost of a dependency chain, measured).
+/// A dependent retains its dependencies (`dependencies`, as in Foundation);
+/// this reverse edge must not, or a graph that is built and never run would
+/// be a reference cycle and leak. It is not `weak` either: a weak reference
+/// gives its target a side table, which sends every later retain and release
+/// of that operation down the runtime's slow path.
 ///
-/// Safety protocol (see `Operation.deinit` and `Operation.finish`):
-/// - An entry is added and removed only while the dependency's state lock
-///   bit is held.
-/// - A dependent that is deallocated while one of its dependencies has not
-///   retired removes its entry first, under that dependency's lock; so while
-///   the dependency holds its own lock, every entry points to an operation
-///   whose memory is valid (possibly one that is being deinitialized).
-/// - Code holding the lock may touch an entry's state word, but may retain
-///   it only when it is known alive (pending and owned by a queue), or
-///   through a weak probe (`Operation.probe`), which yields nil for an
-///   operation being deinitialized.
+/// Safety rule (see `DependencyEdges.swift`): an entry is added and removed
+/// only while the owner's lock bit is held, and a dependent removes its own
+/// entry before its memory can go away. So while the owner holds its lock,
+/// every entry points to valid memory (possibly an operation being
+/// deinitialized, which `Operation.retainDependent` turns into nil).
 ///
-/// Removal leaves a hole; holes are skipped and compacted away, so tearing
-/// down a graph in order costs O(1) per dependent. Not thread-safe: the
-/// owner's lock guards it.
+/// Removal is O(1): small lists are scanned, large ones keep a position
+/// index, so tearing down a huge fan-out in any order is linear. Not
+/// thread-safe: the owner's lock guards it.
 enum DependentList {
     case empty
     case one(Unmanaged<Operation>)
@@ -135,12 +135,14 @@ enum DependentList {
         }
     }
 
-    /// Whether `operation` has an entry. O(n).
+    /// Whether `operation` has an entry.
     func contains(_ operation: Operation) -> Bool {
         let opaque = Unmanaged.passUnretained(operation).toOpaque()
-        var found = false
-        forEach { if $0.toOpaque() == opaque { found = true } }
-        return found
+        switch self {
+        case .empty: return false
+        case .one(let only): return only.toOpaque() == opaque
+        case .many(let array): return array.contains(opaque)
+        }
     }
 
     /// - Complexity: amortized O(1).
@@ -157,8 +159,7 @@ enum DependentList {
     }
 
     /// Removes `operation`'s entry. Returns whether it was present.
-    /// - Complexity: O(1) amortized when entries are removed in the order
-    ///   they were added; O(n) at worst.
+    /// - Complexity: O(1) amortized.
     @discardableResult
     mutating func remove(_ operation: Operation) -> Bool {
         let entry = Unmanaged.passUnretained(operation).toOpaque()
@@ -175,7 +176,7 @@ enum DependentList {
     }
 
     /// Calls `body` with each entry, in the order they were added. Call with
-    /// the owner's lock held; see the safety protocol above.
+    /// the owner's lock held; see the safety rule above.
     func forEach(_ body: (Unmanaged<Operation>) -> Void) {
         switch self {
         case .empty: return
@@ -191,48 +192,93 @@ enum DependentList {
     }
 }
 
-/// The storage of a `DependentList` with more than one entry.
+/// The storage of a `DependentList` with more than one entry: entries in
+/// insertion order with holes for removed ones, and, once the list is large,
+/// an index from entry to position.
 final class DependentArray {
-    private var entries: [Unmanaged<Operation>?]
+    private var entries: [UnsafeMutableRawPointer?]
     /// Index of the first entry that may be live.
     private var start = 0
     private(set) var live: Int
+    /// Positions of entries, built when the list grows past `indexThreshold`.
+    private var positions: [UnsafeMutableRawPointer: Int]?
+
+    private static let indexThreshold = 32
 
     init(_ initial: [Unmanaged<Operation>]) {
         entries = []
         entries.reserveCapacity(max(4, initial.count))
-        entries.append(contentsOf: initial.map { Optional($0) })
+        entries.append(contentsOf: initial.map { Optional($0.toOpaque()) })
         live = initial.count
     }
 
     func append(_ entry: Unmanaged<Operation>) {
-        entries.append(entry)
+        let opaque = entry.toOpaque()
+        positions?[opaque] = entries.count
+        entries.append(opaque)
         live += 1
+        if positions == nil, live > Self.indexThreshold { buildIndex() }
+    }
+
+    func contains(_ opaque: UnsafeMutableRawPointer) -> Bool {
+        if let positions { return positions[opaque] != nil }
+        return position(of: opaque) != nil
     }
 
     func remove(_ opaque: UnsafeMutableRawPointer) -> Bool {
-        var index = start
-        while index < entries.count {
-            if entries[index]?.toOpaque() == opaque {
-                entries[index] = nil
-                live -= 1
-                while start < entries.count, entries[start] == nil { start += 1 }
-                if start > 32, start * 2 > entries.count {
-                    entries.removeFirst(start)
-                    start = 0
-                }
-                return true
-            }
-            index += 1
+        let found: Int?
+        if positions != nil {
+            found = positions?.removeValue(forKey: opaque)
+        } else {
+            found = position(of: opaque)
         }
-        return false
+        guard let index = found else { return false }
+        entries[index] = nil
+        live -= 1
+        while start < entries.count, entries[start] == nil { start += 1 }
+        if start > 32, start * 2 > entries.count {
+            compact()
+        } else if positions != nil, entries.count > 64, live * 4 < entries.count {
+            // Holes in the middle (removal in another order): compacting
+            // after three quarters are gone keeps removal O(1) amortized.
+            compact()
+        }
+        return true
     }
 
     func forEach(_ body: (Unmanaged<Operation>) -> Void) {
         var index = start
         while index < entries.count {
-            if let entry = entries[index] { body(entry) }
+            if let entry = entries[index] { body(Unmanaged.fromOpaque(entry)) }
             index += 1
         }
+    }
+
+    private func position(of opaque: UnsafeMutableRawPointer) -> Int? {
+        var index = start
+        while index < entries.count {
+            if entries[index] == opaque { return index }
+            index += 1
+        }
+        return nil
+    }
+
+    /// Drops the holes before `start` (and all holes if indexed).
+    private func compact() {
+        entries.removeFirst(start)
+        start = 0
+        if positions != nil {
+            entries.removeAll { $0 == nil }
+            buildIndex()
+        }
+    }
+
+    private func buildIndex() {
+        var index: [UnsafeMutableRawPointer: Int] = [:]
+        index.reserveCapacity(entries.count * 2)
+        for (offset, entry) in entries.enumerated() {
+            if let entry { index[entry] = offset }
+        }
+        positions = index
     }
 }

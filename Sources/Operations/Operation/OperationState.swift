@@ -1,46 +1,50 @@
-/// The lifecycle of one operation, as a 64-bit value and pure transitions.
+/// The lifecycle of one operation: a 64-bit value and pure transitions.
 ///
-/// An `Operation` keeps this value in an atomic word. Bit 0 of that word is
-/// a lock bit (see `Operation.withStateLock`); the value type here never
-/// sets it. Every transition is a mutating method that returns what
-/// happened, so the caller can perform the side effects (notifications,
-/// waking dependents, informing the queue) after releasing the lock. The
-/// transitions do no I/O and call no user code, so they can be tested on
-/// their own.
+/// An `Operation` keeps this value in one atomic word (see `OperationCore`);
+/// bit 0 of that word is a lock bit that this type never sets. Every
+/// transition is a mutating method that returns what happened, so that the
+/// caller performs the side effects (notifications, releasing dependents,
+/// telling the queue) after releasing the lock. Transitions call no user
+/// code, so they are tested on their own.
+///
+/// ## Two views of "finished"
+/// - The *base* state is what `Operation`'s own getters report, as in
+///   Foundation: `isExecuting` while the default `start()` runs the body,
+///   `isFinished` once it has run it (or skipped it because the operation was
+///   cancelled), `isCancelled` once the base `cancel()` ran.
+/// - The *outcome*: `finished` is set once the operation is finished as its
+///   class reports it (its possibly overridden `isFinished` getter reads
+///   true); from then on the consequences run exactly once (dependents
+///   released, removed from the queue, observers, completion block), and
+///   `retired` is set when they are done and waiters are released.
 ///
 /// Layout:
 ///
-/// | bits   | field                                      |
-/// |--------|--------------------------------------------|
-/// | 0      | lock bit (owned by `Operation`)            |
-/// | 1–2    | phase: pending, executing, finished        |
-/// | 3      | cancelled                                  |
-/// | 4      | enqueued: owned by an `OperationQueue`     |
-/// | 5      | observed: at least one observer registered |
-/// | 6      | retired: completion ran, waiters released  |
-/// | 7      | started: `start()` has been entered        |
-/// | 8–10   | queue priority index (0 = very low)        |
-/// | 11–13  | quality-of-service index                   |
-/// | 14     | asynchronous body (finishes on `finish()`) |
-/// | 15     | thread priority differs from 0.5           |
-/// | 16     | a dependency failure policy is set         |
-/// | 32–63  | unfinished dependencies                    |
+/// | bits   | field                                                   |
+/// |--------|---------------------------------------------------------|
+/// | 0      | lock bit (owned by `OperationCore`)                     |
+/// | 1      | base executing: the default `start()` runs the body     |
+/// | 2      | base finished                                           |
+/// | 3      | base cancelled                                          |
+/// | 4      | enqueued: claimed by an `OperationQueue` (never cleared)|
+/// | 5      | observed: at least one observer registered              |
+/// | 6      | finished: the consequences have begun (terminal)        |
+/// | 7      | retired: consequences done, waiters released            |
+/// | 8      | queue start: the owning queue is calling `start()`      |
+/// | 9–11   | queue priority index (0 = very low … 4 = very high)     |
+/// | 12–14  | quality-of-service index (0 = background … 4)           |
+/// | 15     | thread priority differs from 0.5                        |
+/// | 16     | a dependency failure policy other than `.runAnyway`     |
+/// | 17     | cancellation handlers have run (or were discarded)      |
+/// | 18     | a counted dependency on itself                          |
+/// | 32–63  | unfinished dependencies                                 |
 ///
-/// Invariants:
-/// - `phase` only moves forward: pending → executing → finished, or
-///   pending → finished (cancelled before start, or announced finished).
-/// - `retired` implies `phase == .finished`.
-/// - `unfinishedDependencies` counts dependencies registered while both the
-///   operation was pending and the dependency unfinished; it only reaches
-///   zero through `dependencyFinished()` or `dependencyRemoved()`.
+/// Invariants (checked by `checkInvariants()`):
+/// - base executing and base finished are never both set;
+/// - `retired` implies `finished`;
+/// - the dependency count equals the number of dependencies whose
+///   dependents list holds this operation (see `DependentList`).
 struct OperationState: Equatable, Sendable, CustomStringConvertible {
-    /// The operation's position in its lifecycle.
-    enum Phase: UInt64, Sendable {
-        case pending = 0
-        case executing = 1
-        case finished = 2
-    }
-
     private(set) var raw: UInt64
 
     init() { raw = Self.defaultRaw }
@@ -48,46 +52,51 @@ struct OperationState: Equatable, Sendable, CustomStringConvertible {
     init(raw: UInt64) { self.raw = raw & ~Self.lockBit }
 
     static let lockBit: UInt64 = 1
-    private static let phaseShift: UInt64 = 1
-    private static let phaseMask: UInt64 = 0b11 << 1
+    private static let baseExecutingBit: UInt64 = 1 << 1
+    private static let baseFinishedBit: UInt64 = 1 << 2
     private static let cancelledBit: UInt64 = 1 << 3
     private static let enqueuedBit: UInt64 = 1 << 4
     private static let observedBit: UInt64 = 1 << 5
-    private static let retiredBit: UInt64 = 1 << 6
-    private static let startedBit: UInt64 = 1 << 7
-    private static let priorityShift: UInt64 = 8
-    private static let priorityMask: UInt64 = 0b111 << 8
-    private static let qosShift: UInt64 = 11
-    private static let qosMask: UInt64 = 0b111 << 11
-    private static let asyncBodyBit: UInt64 = 1 << 14
+    private static let finishedBit: UInt64 = 1 << 6
+    private static let retiredBit: UInt64 = 1 << 7
+    private static let queueStartBit: UInt64 = 1 << 8
+    private static let priorityShift: UInt64 = 9
+    private static let priorityMask: UInt64 = 0b111 << 9
+    private static let qosShift: UInt64 = 12
+    private static let qosMask: UInt64 = 0b111 << 12
     private static let threadPriorityBit: UInt64 = 1 << 15
     private static let failurePolicyBit: UInt64 = 1 << 16
+    private static let cancellationHandledBit: UInt64 = 1 << 17
+    private static let selfDependencyBit: UInt64 = 1 << 18
     private static let dependencyShift: UInt64 = 32
     private static let dependencyUnit: UInt64 = 1 << 32
 
-    /// Bits that must all be clear (except `enqueued`, for a queue's start)
-    /// for `start()` to take its fast path: unlocked, pending, not started,
-    /// not cancelled, unobserved, no failure policy, no dependencies.
-    static let fastStartMask: UInt64 = lockBit | phaseMask | cancelledBit | enqueuedBit | observedBit
-        | startedBit | failurePolicyBit | (UInt64(UInt32.max) << dependencyShift)
-    static let enqueuedFlag: UInt64 = enqueuedBit
-    static let startedFlag: UInt64 = startedBit
-    static let executingPhase: UInt64 = Phase.executing.rawValue << phaseShift
+    /// Normal priority (index 2), default quality of service (index 2).
+    static let defaultRaw: UInt64 = (2 << 9) | (2 << 12)
 
-    /// Normal priority (index 2), default QoS (index 2), pending, no dependencies.
-    static let defaultRaw: UInt64 = (2 << 8) | (2 << 11)
+    /// The bits that must be clear for the one-step start of a plain
+    /// operation (`OperationCore.tryFastStart`): unlocked, not started, not
+    /// cancelled, unobserved, no failure policy, no unfinished dependencies.
+    static let fastStartMask: UInt64 = lockBit | baseExecutingBit | baseFinishedBit | cancelledBit
+        | observedBit | finishedBit | failurePolicyBit | (UInt64(UInt32.max) << dependencyShift)
+    /// The base-executing bit, for the one-step start.
+    static let baseExecutingFlag: UInt64 = baseExecutingBit
+    /// The queue-start bit, consumed by the one-step start.
+    static let queueStartFlag: UInt64 = queueStartBit
+    /// The enqueued bit: a start by hand must not take the one-step path.
+    static let enqueuedFlag: UInt64 = enqueuedBit
 
     // MARK: Fields
 
-    var phase: Phase {
-        get { Phase(rawValue: (raw & Self.phaseMask) >> Self.phaseShift) ?? .finished }
-        set { raw = (raw & ~Self.phaseMask) | (newValue.rawValue << Self.phaseShift) }
-    }
-
-    var isCancelled: Bool {
-        get { raw & Self.cancelledBit != 0 }
-        set { set(Self.cancelledBit, newValue) }
-    }
+    /// Base `isExecuting`: the default `start()` is running the body.
+    var isBaseExecuting: Bool { raw & Self.baseExecutingBit != 0 }
+    /// Base `isFinished`.
+    var isBaseFinished: Bool { raw & Self.baseFinishedBit != 0 }
+    /// Base `isCancelled`.
+    var isCancelled: Bool { raw & Self.cancelledBit != 0 }
+    /// The default `start()` has been entered (it is running the body or has
+    /// finished it).
+    var hasBaseStarted: Bool { raw & (Self.baseExecutingBit | Self.baseFinishedBit) != 0 }
 
     var isEnqueued: Bool {
         get { raw & Self.enqueuedBit != 0 }
@@ -99,24 +108,27 @@ struct OperationState: Equatable, Sendable, CustomStringConvertible {
         set { set(Self.observedBit, newValue) }
     }
 
-    var isRetired: Bool {
-        get { raw & Self.retiredBit != 0 }
-        set { set(Self.retiredBit, newValue) }
-    }
+    /// The consequences of finishing have begun: terminal.
+    var isFinished: Bool { raw & Self.finishedBit != 0 }
+    /// Consequences done, waiters released.
+    var isRetired: Bool { raw & Self.retiredBit != 0 }
 
-    var hasStarted: Bool {
-        get { raw & Self.startedBit != 0 }
-        set { set(Self.startedBit, newValue) }
-    }
-
-    var hasAsynchronousBody: Bool {
-        get { raw & Self.asyncBodyBit != 0 }
-        set { set(Self.asyncBodyBit, newValue) }
+    /// The owning queue is calling `start()`: the base `start()` accepts the
+    /// call without the checks a call by hand gets.
+    var isQueueStart: Bool {
+        get { raw & Self.queueStartBit != 0 }
+        set { set(Self.queueStartBit, newValue) }
     }
 
     var hasCustomThreadPriority: Bool {
         get { raw & Self.threadPriorityBit != 0 }
         set { set(Self.threadPriorityBit, newValue) }
+    }
+
+    /// The operation depends on itself, and that edge counts.
+    var hasSelfDependency: Bool {
+        get { raw & Self.selfDependencyBit != 0 }
+        set { set(Self.selfDependencyBit, newValue) }
     }
 
     var hasFailurePolicy: Bool {
@@ -140,161 +152,163 @@ struct OperationState: Equatable, Sendable, CustomStringConvertible {
         Int(truncatingIfNeeded: raw >> Self.dependencyShift)
     }
 
-    /// The base class's readiness: cancelled, or every dependency finished.
-    var isReady: Bool { isCancelled || unfinishedDependencies == 0 }
+    /// Base `isReady`: cancelled, or every dependency finished.
+    var isBaseReady: Bool { isCancelled || unfinishedDependencies == 0 }
 
-    var isExecuting: Bool { phase == .executing }
-    var isFinished: Bool { phase == .finished }
+    /// Whether dependencies still count: the operation has not been started
+    /// and has not finished.
+    var countsDependencies: Bool { !hasBaseStarted && !isFinished }
 
     private mutating func set(_ bit: UInt64, _ on: Bool) {
         raw = on ? raw | bit : raw & ~bit
     }
 
+    /// The lifecycle as one value, for descriptions and diagnostics.
+    enum Phase: String, Sendable {
+        case pending
+        case executing
+        case bodyFinished = "body finished"
+        case finished
+        case retired
+    }
+
+    var phase: Phase {
+        if isRetired { return .retired }
+        if isFinished { return .finished }
+        if isBaseFinished { return .bodyFinished }
+        if isBaseExecuting { return .executing }
+        return .pending
+    }
+
     var description: String {
-        var parts = ["\(phase)"]
+        var parts = [phase.rawValue]
         if isCancelled { parts.append("cancelled") }
-        if isEnqueued { parts.append("enqueued") }
-        if hasStarted { parts.append("started") }
-        if isRetired { parts.append("retired") }
-        if unfinishedDependencies > 0 { parts.append("waiting on \(unfinishedDependencies)") }
+        if isEnqueued { parts.append("in a queue") }
+        if unfinishedDependencies > 0 { parts.append("waits for \(unfinishedDependencies) dependencies") }
         return parts.joined(separator: ", ")
     }
 
     // MARK: Transitions
 
-    /// What `start()` should do.
+    /// What entering the base `start()` decided.
     enum StartDecision: Equatable, Sendable {
-        /// Run the body: the phase is now executing.
+        /// Run the body: now base-executing.
         case run
-        /// Cancelled before starting: go straight to finished, skip the body.
-        case finishCancelled
-        /// Misuse: already executing.
+        /// Cancelled: the body is skipped; now base-finished.
+        case skipCancelled
+        /// Misuse: the body is already running.
         case alreadyExecuting
         /// Misuse: already finished.
         case alreadyFinished
-        /// Misuse: `start()` already entered (by another thread) but the
-        /// phase has not moved yet.
-        case alreadyStarted
     }
 
-    /// Enters `start()`. Readiness and ownership are checked by the caller,
-    /// which must call user code (`isReady`) outside the lock.
-    mutating func beginStart() -> StartDecision {
-        switch phase {
-        case .executing: return .alreadyExecuting
-        case .finished: return .alreadyFinished
-        case .pending:
-            if hasStarted { return .alreadyStarted }
-            hasStarted = true
-            if isCancelled { return .finishCancelled }
-            phase = .executing
-            return .run
+    /// Enters the base `start()`: the body is skipped if the base state is
+    /// cancelled, as in Foundation. Consumes the queue-start mark.
+    mutating func beginBaseStart() -> StartDecision {
+        isQueueStart = false
+        if isBaseExecuting { return .alreadyExecuting }
+        if isBaseFinished || isFinished { return .alreadyFinished }
+        if isCancelled {
+            raw |= Self.baseFinishedBit
+            return .skipCancelled
         }
+        raw |= Self.baseExecutingBit
+        return .run
     }
 
-    /// What `cancel()` changed.
+    /// The body returned (or an asynchronous body finished): base-finished.
+    /// Returns false when the base state was already finished.
+    mutating func finishBody() -> Bool {
+        guard !isBaseFinished else { return false }
+        raw &= ~Self.baseExecutingBit
+        raw |= Self.baseFinishedBit
+        return true
+    }
+
+    /// Marks the operation finished, once. Returns false if it already was.
+    mutating func beginFinishing() -> Bool {
+        guard !isFinished else { return false }
+        raw |= Self.finishedBit
+        isQueueStart = false
+        return true
+    }
+
+    /// Records that the consequences are done.
+    mutating func retire() {
+        raw |= Self.finishedBit | Self.retiredBit
+    }
+
+    /// What the base `cancel()` changed.
     struct CancelOutcome: Equatable, Sendable {
-        /// False when the operation was already cancelled or finished.
+        /// False when the operation was already cancelled or has finished.
         var changed: Bool
-        /// The operation had not started, so its readiness is reported.
-        var wasPending: Bool
-        /// Readiness before the change (it is always true afterwards).
+        /// The base readiness before the change (it is true afterwards).
         var wasReady: Bool
     }
 
-    /// Cancels. Cancelling twice, or after finishing, changes nothing.
+    /// The base `cancel()`. Cancelling twice, or after finishing, changes nothing.
     mutating func cancel() -> CancelOutcome {
-        guard !isCancelled, phase != .finished else {
-            return CancelOutcome(changed: false, wasPending: false, wasReady: isReady)
-        }
-        let wasReady = isReady
-        isCancelled = true
-        return CancelOutcome(changed: true, wasPending: phase == .pending && !hasStarted, wasReady: wasReady)
+        guard !isCancelled, !isFinished else { return CancelOutcome(changed: false, wasReady: isBaseReady) }
+        let wasReady = isBaseReady
+        raw |= Self.cancelledBit
+        return CancelOutcome(changed: true, wasReady: wasReady)
     }
 
-    /// What finishing changed.
-    enum FinishOutcome: Equatable, Sendable {
-        /// Now finished; `wasExecuting` tells which notifications apply.
-        case finished(wasExecuting: Bool)
-        /// Already finished: finishing twice is ignored.
-        case alreadyFinished
+    /// Whether the cancellation handlers have run.
+    var hasHandledCancellation: Bool { raw & Self.cancellationHandledBit != 0 }
+
+    /// Takes the right to run the cancellation handlers: true once.
+    mutating func takeCancellationHandling() -> Bool {
+        guard raw & Self.cancellationHandledBit == 0 else { return false }
+        raw |= Self.cancellationHandledBit
+        return true
     }
 
-    /// Moves to finished (from executing, or from pending when cancelled
-    /// before start or when a subclass announces it finished).
-    mutating func finish() -> FinishOutcome {
-        switch phase {
-        case .finished:
-            return .alreadyFinished
-        case .executing:
-            phase = .finished
-            return .finished(wasExecuting: true)
-        case .pending:
-            hasStarted = true
-            phase = .finished
-            return .finished(wasExecuting: false)
-        }
-    }
-
-    /// Records that the completion block ran and waiters were released.
-    mutating func retire() {
-        precondition(phase == .finished, "retire() before finish(): \(self)")
-        isRetired = true
-    }
-
-    /// A change of the base class's readiness, if any.
-    enum ReadinessChange: Equatable, Sendable {
-        case none
-        case becameReady
-        case becameUnready
-    }
-
-    /// Counts one more unfinished dependency. Only a pending operation that
-    /// has not started counts dependencies.
-    mutating func addUnfinishedDependency() -> ReadinessChange {
-        guard phase == .pending, !hasStarted else { return .none }
-        let wasReady = isReady
+    /// Counts one more unfinished dependency. Returns whether it counts (the
+    /// operation has not started or finished); the caller registers the
+    /// dependents edge exactly when it does.
+    mutating func addUnfinishedDependency() -> Bool {
+        guard countsDependencies else { return false }
         raw &+= Self.dependencyUnit
-        return wasReady && !isReady ? .becameUnready : .none
+        return true
     }
 
-    /// A counted dependency finished or was removed.
-    mutating func dependencyFinished() -> ReadinessChange {
-        guard unfinishedDependencies > 0 else { return .none }
-        let wasReady = isReady
+    /// A counted dependency finished or was removed. Returns whether the
+    /// base readiness became true.
+    mutating func removeUnfinishedDependency() -> Bool {
+        guard unfinishedDependencies > 0 else { return false }
+        let wasReady = isBaseReady
         raw &-= Self.dependencyUnit
-        guard phase == .pending, !hasStarted else { return .none }
-        return !wasReady && isReady ? .becameReady : .none
+        return !wasReady && isBaseReady && countsDependencies
     }
 
-    /// A subclass announced `isExecuting`: count the operation as started.
-    mutating func markExecuting() {
-        guard phase == .pending else { return }
-        hasStarted = true
-        phase = .executing
+    /// Clears the dependency count (the operation finished or is being
+    /// released, and has unregistered from every dependency).
+    mutating func clearDependencies() {
+        raw &= (Self.dependencyUnit - 1) & ~Self.selfDependencyBit
     }
 
-    /// Claims the operation for a queue. Returns why it cannot be claimed, or nil.
+    /// Why a queue refuses the operation, or nil once claimed.
     enum EnqueueRefusal: Equatable, Sendable {
         case alreadyEnqueued
         case executing
         case finished
     }
 
-    /// Gives the operation back after a refused `tryAddOperation`.
-    mutating func unenqueue() {
-        isEnqueued = false
-    }
-
+    /// Claims the operation for a queue.
     mutating func enqueue() -> EnqueueRefusal? {
         if isEnqueued { return .alreadyEnqueued }
-        switch phase {
-        case .executing: return .executing
-        case .finished: return .finished
-        case .pending:
-            if hasStarted { return .executing }
-            isEnqueued = true
-            return nil
-        }
+        if isFinished || isBaseFinished { return .finished }
+        if isBaseExecuting { return .executing }
+        isEnqueued = true
+        return nil
+    }
+
+    /// Verifies the invariants above; returns a description of the first
+    /// broken one, or nil.
+    func checkInvariants() -> String? {
+        if isBaseExecuting && isBaseFinished { return "base executing and base finished at once: \(self)" }
+        if isRetired && !isFinished { return "retired before finished: \(self)" }
+        return nil
     }
 }

@@ -1,3 +1,4 @@
+import Dispatch
 import Synchronization
 #if canImport(Glibc)
 import Glibc
@@ -20,12 +21,12 @@ protocol PoolJob: AnyObject, Sendable {
 /// The pool aims to keep `targetConcurrency` (the processor count) workers
 /// *running*. A worker that blocks does not count:
 /// - inside the library's own waits (`waitUntilFinished`, waiting for a
-///   queue), the wait tells the pool at once (`blocking(context:_:)`);
+///   queue), the wait tells the pool at once (`blocking(_:)`);
 /// - elsewhere (sleep, I/O, locks), a monitor thread notices that a worker
 ///   made no progress for one tick (10 ms) while its thread is sleeping in
 ///   the kernel, and counts it as blocked.
 /// Either way the pool hands queued jobs to another worker, creating one if
-/// needed (up to `maxWorkers`), so blocking operations cannot stall the
+/// needed (up to `maximumWorkers`), so blocking operations cannot stall the
 /// process, as with Dispatch. Workers beyond the target exit after being
 /// idle for a while.
 ///
@@ -46,7 +47,30 @@ final class WorkerPool: @unchecked Sendable {
     static let shared = WorkerPool()
 
     let targetConcurrency = max(1, Platform.processorCount)
-    let maxWorkers = 256
+    /// The ceiling on worker threads (`OperationQueue.maximumWorkerThreads`).
+    var maximumWorkers: Int {
+        get { lock.withLock { maximumWorkersValue } }
+        set {
+            var spawn: [Worker] = []
+            var wake: [Worker] = []
+            lock.withLock {
+                maximumWorkersValue = max(targetConcurrency, newValue)
+                ceilingReported = false
+                dispatchLocked(wake: &wake, spawn: &spawn)
+                updateMirrorsLocked()
+            }
+            for worker in wake { worker.wake.signal() }
+            for worker in spawn { startThread(for: worker) }
+        }
+    }
+    private var maximumWorkersValue: Int = {
+        if let raw = getenv("OPERATIONS_MAX_WORKER_THREADS"), let value = Int(String(cString: raw)), value > 0 {
+            return max(Platform.processorCount, value)
+        }
+        return max(Platform.processorCount, 512)
+    }()
+    /// Whether reaching the ceiling has been reported since it was last set.
+    private var ceilingReported = false
     /// How long an idle worker beyond the target stays before exiting.
     let idleTimeoutNanoseconds: UInt64 = 2_000_000_000
     /// How long an out-of-work worker spins before parking.
@@ -106,7 +130,7 @@ final class WorkerPool: @unchecked Sendable {
                 worker.isParked = false
                 active += 1
                 wake.append(worker)
-            } else if workers.count < maxWorkers {
+            } else if workers.count < maximumWorkersValue {
                 let worker = Worker(index: nextWorkerIndex, pool: self)
                 nextWorkerIndex += 1
                 worker.handedJob = dequeueLocked()
@@ -114,6 +138,7 @@ final class WorkerPool: @unchecked Sendable {
                 active += 1
                 spawn.append(worker)
             } else {
+                reportCeilingLocked()
                 break
             }
         }
@@ -126,6 +151,21 @@ final class WorkerPool: @unchecked Sendable {
                 monitorIdle = false
                 monitorSignal.signal()
             }
+        }
+    }
+
+    /// Work waits because every worker up to the ceiling exists and the
+    /// running ones are blocked: say so once, instead of stalling silently.
+    private func reportCeilingLocked() {
+        guard !ceilingReported else { return }
+        ceilingReported = true
+        let message = "Operations: the worker pool reached its ceiling of \(maximumWorkersValue) threads (OperationQueue.maximumWorkerThreads, OPERATIONS_MAX_WORKER_THREADS) while \(blocked) of them are blocked in operations; further work waits until a blocked worker returns.\n"
+        // Written directly (no user code, no allocation-heavy formatting
+        // beyond the message) while the pool's lock is held.
+        _ = message.withCString { write(2, $0, strlen($0)) }
+        // Observers are user code: told later, outside the pool's lock.
+        DispatchQueue.global().async {
+            OperationReporting.deliver(OperationReport(kind: .workerCeiling, message: message, subject: nil))
         }
     }
 
@@ -159,8 +199,8 @@ final class WorkerPool: @unchecked Sendable {
 
     /// Runs `body`, which blocks, telling the pool so that it can run queued
     /// jobs on another worker meanwhile. Off the pool, just runs `body`.
-    func blocking<R>(context: ThreadContext, _ body: () -> R) -> R {
-        guard let worker = context.worker else { return body() }
+    func blocking<R>(_ body: () -> R) -> R {
+        guard let worker = Worker.current else { return body() }
         var spawn: [Worker] = []
         var wake: [Worker] = []
         lock.withLock {
@@ -248,7 +288,7 @@ final class WorkerPool: @unchecked Sendable {
             let isExtra = workers.count > targetConcurrency
             lock.unlock()
             let woken = worker.wake.wait(
-                deadline: isExtra ? monotonicNanoseconds() &+ idleTimeoutNanoseconds : nil
+                deadline: isExtra ? Deadline(nanosecondsFromNow: idleTimeoutNanoseconds) : nil
             )
             lock.lock()
             if let handed = worker.handedJob {
@@ -344,7 +384,7 @@ final class WorkerPool: @unchecked Sendable {
                 for worker in wake { worker.wake.signal() }
                 for worker in spawn { startThread(for: worker) }
             }
-            _ = monitorSignal.wait(deadline: monotonicNanoseconds() &+ tick)
+            _ = monitorSignal.wait(deadline: Deadline(nanosecondsFromNow: tick))
         }
     }
 
@@ -397,11 +437,30 @@ final class Worker: @unchecked Sendable {
         self.pool = pool
     }
 
+    /// The pool worker the calling thread is, if any: the pool's own
+    /// thread-local, used only to compensate for blocking.
+    static var current: Worker? {
+        guard let pointer = pthread_getspecific(key) else { return nil }
+        // The worker object lives as long as its thread runs `run()`, which
+        // clears this value before it returns.
+        return Unmanaged<Worker>.fromOpaque(pointer).takeUnretainedValue()
+    }
+
+    fileprivate static func setCurrent(_ worker: Worker?) {
+        pthread_setspecific(key, worker.map { Unmanaged.passUnretained($0).toOpaque() })
+    }
+
+    private static let key: pthread_key_t = {
+        var key = pthread_key_t()
+        let status = pthread_key_create(&key, nil)
+        precondition(status == 0, "Operations: pthread_key_create failed with \(status)")
+        return key
+    }()
+
     /// The thread's body.
     func run() {
-        unowned(unsafe) let context = ThreadContext.current
-        context.worker = self
-        threadID.store(context.threadID, ordering: .relaxed)
+        Worker.setCurrent(self)
+        threadID.store(Platform.currentThreadID(), ordering: .relaxed)
         Platform.setCurrentThreadName("ops.worker.\(index)")
         currentNice = Platform.currentNice() ?? pool.baseNice
         if currentNice != pool.baseNice, Platform.setCurrentNice(pool.baseNice) {
@@ -414,7 +473,7 @@ final class Worker: @unchecked Sendable {
             progress.add(1, ordering: .relaxed)
             finished = true
         }
-        context.worker = nil
+        Worker.setCurrent(nil)
     }
 
     /// Sets the thread's nice value for quality-of-service index `qos`.

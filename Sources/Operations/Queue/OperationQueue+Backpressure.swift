@@ -2,7 +2,7 @@ extension OperationQueue {
     /// The most unfinished operations the queue accepts, or nil (the
     /// default) for no bound.
     public var pendingLimit: Int? {
-        lock.withLock { scheduler.pendingLimit }
+        lock.withLock { state.pendingLimit }
     }
 
     /// Bounds the number of unfinished operations, so that a producer
@@ -16,14 +16,16 @@ extension OperationQueue {
     /// - the synchronous ``addOperation(_:)`` and
     ///   ``addOperations(_:waitUntilFinished:)`` follow `policy`: `.block`
     ///   waits for room (on a pool worker, the pool compensates), `.reject`
-    ///   cancels and finishes the operations without running their work
-    ///   (their completion blocks still run) instead of adding them.
+    ///   cancels the operations and, unless their class overrides
+    ///   `start()`, finishes them without running their work (their
+    ///   completion blocks still run) instead of adding them.
     ///
     /// A batch larger than the limit is accepted when the queue is empty, so
     /// that it cannot wait forever. Adds made from inside the queue's own
-    /// operations are never held back (they could wait for themselves), so
-    /// such adds can exceed the bound. Lowering the limit below the current
-    /// count affects only later adds.
+    /// work (operation bodies, `async` bodies, completion blocks, observers)
+    /// are never held back (they could wait for themselves), so such adds
+    /// can exceed the bound. Lowering the limit below the current count
+    /// affects only later adds.
     ///
     /// - Parameter limit: at least 1, or nil to remove the bound. A value
     ///   below 1 is a misuse (``OperationMisuse/Code/invalidPendingLimit``).
@@ -36,13 +38,12 @@ extension OperationQueue {
             )
             return
         }
-        let (wakeups, tickets) = lock.withLock { () -> (Wakeups, Int) in
-            scheduler.pendingLimit = limit
+        let effects = lock.withLock { () -> QueueEffects in
+            state.pendingLimit = limit
             pendingLimitPolicy = policy
-            return (scheduler.takeWakeups(), scheduler.drainersNeeded())
+            return takeEffectsLocked()
         }
-        wakeups.fire()
-        startDrainers(tickets)
+        effects.perform(on: self)
     }
 
     /// Adds `operation` if the pending limit leaves room, and returns true;
@@ -51,7 +52,7 @@ extension OperationQueue {
     /// or finished) is reported as by ``addOperation(_:)``.
     @discardableResult
     public func tryAddOperation(_ operation: Operation) -> Bool {
-        guard let accepted = enqueue(CollectionOfOne(operation), mode: .attempt) else { return false }
+        guard let accepted = admit(CollectionOfOne(operation), mode: .attempt, collecting: true) else { return false }
         return !accepted.isEmpty
     }
 
@@ -74,9 +75,9 @@ extension OperationQueue {
     /// pending limit.
     public func addOperations(_ operations: [Operation]) async {
         while true {
-            if enqueue(operations, mode: .attempt) != nil { return }
+            if admit(operations, mode: .attempt) != nil { return }
             if Task.isCancelled {
-                refuseForLackOfRoom(operations.filter { !$0.loadState().isEnqueued }, cancel: true)
+                refuseForLackOfRoom(operations)
                 return
             }
             await waitForRoomAsync(count: operations.count)
@@ -85,35 +86,31 @@ extension OperationQueue {
 
     private func waitForRoomAsync(count: Int) async {
         let gate = ResumeOnce()
+        let key = LockedValue<Int?>(nil)
+        let watch = HangReport.watch { [self] in "await addOperation waits for room under the pending limit of:\n" + self.diagnostics().description }
+        defer { watch?.cancel() }
         await withTaskCancellationHandler {
             await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
                 gate.install(continuation)
-                let roomNow = lock.withLock { () -> Bool in
-                    if scheduler.hasRoom(for: count) { return true }
-                    scheduler.roomWaiters.append((count, { gate.resume() }))
-                    return false
+                let registered = lock.withLock { () -> Int? in
+                    if state.hasRoom(for: count) { return nil }
+                    nextRoomWaiterKey += 1
+                    roomWaiters.append((nextRoomWaiterKey, count, { gate.resume() }))
+                    return nextRoomWaiterKey
                 }
-                if roomNow { gate.resume() }
+                if let registered { key.withLock { $0 = registered } } else { gate.resume() }
             }
         } onCancel: {
             gate.resume()
         }
-    }
-
-    /// Refuses operations that found no room: `cancel` cancels and finishes
-    /// them (synchronous `.reject`); otherwise they are given back untouched.
-    final func refuseForLackOfRoom(_ operations: [Operation], cancel: Bool) {
-        for operation in operations {
-            let released = operation.withStateLock { state -> OperationQueue? in
-                state.unenqueue()
-                defer { operation.storedQueue = nil }
-                return operation.storedQueue
+        // A cancelled wait leaves nothing behind.
+        if let registered = key.withLock({ $0 }) {
+            let removed = lock.withLock { () -> [(key: Int, count: Int, resume: @Sendable () -> Void)] in
+                let removed = roomWaiters.filter { $0.key == registered }
+                roomWaiters.removeAll { $0.key == registered }
+                return removed
             }
-            withExtendedLifetime(released) {}
-            if cancel {
-                operation.cancel()
-                operation.finish(announced: false)
-            }
+            withExtendedLifetime(removed) {}
         }
     }
 }

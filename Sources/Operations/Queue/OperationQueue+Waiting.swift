@@ -3,122 +3,120 @@ extension OperationQueue {
     /// the queue emptied.
     ///
     /// Like ``waitUntilAllOperationsAreFinished()``, with a bound: useful in
-    /// tests and wherever a hang must become a diagnosable failure.
+    /// tests and wherever a hang must become a diagnosable failure. Any
+    /// timeout works, including `.zero` and durations too large to represent
+    /// as a deadline (treated as no deadline).
     @available(*, noasync, message: "Blocks a thread; in async code use `await queue.drained()`.")
     public func waitUntilAllOperationsAreFinished(timeout: Duration) -> Bool {
-        waitUntilEmpty(deadline: Self.deadline(after: timeout))
-    }
-
-    static func deadline(after timeout: Duration) -> UInt64 {
-        let (seconds, attoseconds) = timeout.components
-        let nanoseconds = max(0, seconds) &* 1_000_000_000 &+ max(0, attoseconds) / 1_000_000_000
-        return monotonicNanoseconds() &+ UInt64(nanoseconds)
+        waitUntilIdle(deadline: Deadline(after: timeout))
     }
 
     /// Whether the queue's operations run on the main thread.
     var runsOnMainThread: Bool { kind == .mainThread }
 
-    /// Whether waiting, from inside this queue's operation, for another of
-    /// its operations that has not started can never end.
-    var isSerialForDeadlockCheck: Bool {
-        lock.withLock { scheduler.width == 1 || kind == .mainThread }
-    }
-
+    /// Waits until the queue holds no operation and no retirement is in
+    /// flight, or until `deadline`. Returns whether it became idle.
     @discardableResult
-    final func waitUntilEmpty(deadline: UInt64?) -> Bool {
+    final func waitUntilIdle(deadline: Deadline?) -> Bool {
         unowned(unsafe) let context = ThreadContext.current
-        if context.queue === self, let current = context.operation ?? context.completing {
-            OperationMisuse.report(
-                .waitDeadlock,
-                subject: misuseSubject,
-                "was waited for (waitUntilAllOperationsAreFinished) from inside its own operation \(current.misuseSubject), which cannot finish while it waits. Wait from outside the queue, or use a completion block or a dependency."
-            )
-            return false
-        }
         if runsOnMainThread, context.isMainThread {
-            return runOnCallingThread(until: { [unowned self] in self.operationCount == 0 }, deadline: deadline)
+            return runOnCallingThread(until: { [unowned self] in self.lock.withLock { self.state.isIdle } }, deadline: deadline)
         }
-        let signal = WaitSignal()
-        defer { waitForRetirementsInProgress() }
-        let empty = lock.withLock { () -> Bool in
-            if scheduler.count == 0 { return true }
-            // On a timeout the callback stays until the queue drains; it only
-            // signals this (then unused) signal.
-            scheduler.drainCallbacks.append { signal.signal() }
+        let running = context.runningOperations
+        let record = WaitRegistry.Record(running: running, target: .queue(self))
+        if let reason = WaitRegistry.shared.begin(record) {
+            OperationMisuse.report(.waitDeadlock, subject: misuseSubject, "cannot be waited for here: the wait \(reason) Wait from outside the queue, or use a completion block or a dependency.")
             return false
         }
-        if empty { return true }
-        return WorkerPool.shared.blocking(context: context) {
-            HangReport.wait(on: signal, deadline: deadline) { "waitUntilAllOperationsAreFinished on:\n" + diagnostics() }
+        defer { WaitRegistry.shared.end(record) }
+        // Inside the retirement of one of this queue's operations (its
+        // completion block or observers): that retirement must not keep this
+        // wait waiting for itself.
+        let stepsAside = running.contains { $0.loadState().isFinished && $0.belongs(to: self) }
+        let signal = WaitSignal()
+        let key = lock.withLock { () -> Int? in
+            if stepsAside { state.retirementStepsAside(true) }
+            if state.isIdle { return nil }
+            return drainWaiters.add { signal.signal() }
         }
-    }
-
-    /// Waits for exactly `operations` (the ones an `addOperations` call
-    /// accepted). Waits for the last first: by then most others are done,
-    /// so the rest cost one atomic load each.
-    final func waitForOperations(_ operations: [Operation]) {
-        for operation in operations.reversed() {
-            guard operation.performWait(deadline: nil) else { return }
+        var idle = true
+        if let key {
+            idle = WorkerPool.shared.blocking {
+                HangReport.wait(on: signal, deadline: deadline) { "waitUntilAllOperationsAreFinished on:\n" + self.diagnostics().description }
+            }
+            if !idle {
+                let removed = lock.withLock { drainWaiters.remove(key) }
+                withExtendedLifetime(removed) {}
+            }
         }
-        waitForRetirementsInProgress()
+        if stepsAside {
+            let effects = lock.withLock { () -> QueueEffects in
+                state.retirementStepsAside(false)
+                return takeEffectsLocked()
+            }
+            effects.perform(on: self)
+        } else if key == nil {
+            // Became idle while stepping aside: nothing to undo.
+        }
+        return idle
     }
 
     /// Runs this queue's operations on the calling thread until `done`
     /// returns true or `deadline` passes: how the main thread waits for
     /// `OperationQueue.main` without deadlocking. Returns whether `done`.
-    final func runOnCallingThread(until done: () -> Bool, deadline: UInt64?) -> Bool {
+    final func runOnCallingThread(until done: () -> Bool, deadline: Deadline?) -> Bool {
         unowned(unsafe) let context = ThreadContext.current
         while !done() {
             let now = monotonicNanoseconds()
-            if let deadline, now >= deadline { return false }
+            if let deadline, deadline.hasPassed(now: now) { return false }
             let signal = WaitSignal()
             lock.lock()
-            let next = scheduler.popNext()
-            if next != nil {
-                scheduler.drainers += 1
-                scheduler.busyDrainers += 1
+            let next = state.popNext()
+            if let next {
+                state.drainerStarted()
+                state.drainerBusy(true)
+                emitLocked(.started(next))
+                if TraceRecorder.isActive { TraceRecorder.shared.record(.started, next, queue: self) }
             } else {
-                scheduler.changeWaiters.append(signal)
+                changeWaiters.append(signal)
             }
+            let customStart = next?.queueLink.has(QueueLink.Flags.customStart) ?? false
             lock.unlock()
             guard let operation = next else {
                 // Re-check at least every 50 ms (an asynchronous operation
                 // may finish without the queue signalling this waiter).
-                _ = signal.wait(deadline: min(deadline ?? .max, now &+ 50_000_000))
+                _ = signal.wait(deadline: Deadline.earliest(deadline, Deadline(nanosecondsFromNow: 50_000_000)))
                 continue
             }
+            if OperationInstrumentation.isActive { OperationInstrumentation.emit(.started, operation, queue: self) }
             let savedQueue = context.queueReference
-            context.queue = self
-            let retire = startAsDrainStep(operation, context: context)
+            context.queueReference = Unmanaged.passUnretained(self)
+            var plan = operation.startFromQueue(customStart: customStart)
             context.queueReference = savedQueue
+            var readied = plan?.releaseDependents(collectingFor: self) ?? []
             lock.lock()
-            scheduler.busyDrainers -= 1
-            scheduler.drainers -= 1
-            let released = retire ? scheduler.retire(operation) : nil
-            let selfRelease = retire ? takeSelfRetainIfEmptyLocked() : nil
-            let wakeups = scheduler.takeWakeups()
-            let tickets = scheduler.drainersNeeded()
-            lock.unlock()
-            _ = consume released
-            if retire {
-                operation.completeRetirement()
-                emit(.finished(operation))
-                if wakeups.drained { emit(.drained) }
+            state.drainerBusy(false)
+            state.drainerStopped()
+            for ready in readied {
+                let current = ready.loadState()
+                state.apply(ready, ready: current.isBaseReady, cancelled: current.isCancelled)
             }
-            selfRelease?.release()  // the caller holds the queue
-            wakeups.fire()
-            startDrainers(tickets)
+            readied.removeAll()
+            var released: Operation?
+            if let plan {
+                released = state.unlink(operation, retirementPending: plan.hasUserTail)
+                emitLocked(.finished(operation))
+            }
+            let effects = takeEffectsLocked()
+            lock.unlock()
+            // The list's reference goes before the retirement completes.
+            withExtendedLifetime(released) {}
+            released = nil
+            if let finished = plan.take() {
+                finished.complete(settle: finished.hasUserTail)
+            }
+            effects.perform(on: self)
         }
         return true
-    }
-
-}
-
-extension Operation {
-    /// Blocks until the operation has finished (and its completion block
-    /// has run) or `timeout` passes. Returns whether it finished.
-    @available(*, noasync, message: "Blocks a thread; in async code use `await operation.finished()`.")
-    public func waitUntilFinished(timeout: Duration) -> Bool {
-        performWait(deadline: OperationQueue.deadline(after: timeout))
     }
 }

@@ -6,12 +6,17 @@ import Synchronization
 /// with the same names and shapes.
 ///
 /// ## Scheduling
-/// - An operation starts only once it is ready (its dependencies finished,
-///   or it was cancelled). Among ready operations the highest
+/// - An operation starts only once it is ready: its dependencies finished,
+///   or it was cancelled, as its (possibly overridden) ``Operation/isReady``
+///   reports. Among ready operations the highest
 ///   ``Operation/queuePriority`` starts first, first in first out within a
 ///   priority. With ``maxConcurrentOperationCount`` = 1 this holds strictly,
 ///   but readiness still comes first, so a serial operation queue is not a
 ///   serial dispatch queue: use dependencies to fix an order.
+/// - The queue calls ``Operation/start()`` on every operation it dequeues,
+///   exactly once, cancelled ones included. A cancelled operation whose class
+///   keeps the base `start()` is retired promptly without a slot; one whose
+///   class overrides `start()` is started in its turn like any other.
 /// - A finishing operation releases exactly its own dependents; the queue
 ///   never scans waiting operations, so every step costs O(1) whatever the
 ///   queue's length.
@@ -19,9 +24,8 @@ import Synchronization
 ///   machine (unless ``underlyingQueue`` is set): more queues do not mean
 ///   more operations at once. Across queues, higher ``qualityOfService``
 ///   runs first. Operations that block (sleep, I/O, waits) do not stall the
-///   pool: it starts other workers meanwhile.
-/// - Each drain of the queue starts many operations in a row on one worker,
-///   instead of paying a thread hand-off per operation.
+///   pool: it starts other workers meanwhile, up to
+///   ``maximumWorkerThreads``.
 ///
 /// ## Lifetime
 /// A queue that goes out of scope still runs every operation it holds; once
@@ -34,8 +38,9 @@ import Synchronization
 /// In a file that also imports Foundation, write
 /// `import class Operations.OperationQueue`.
 open class OperationQueue: @unchecked Sendable {
-    // @unchecked Sendable: `scheduler`, `retainedSelf`, `storedName`,
-    // `storedQualityOfService`, `storedUnderlyingQueue`, `observers`, `pendingLimitPolicy`,
+    // @unchecked Sendable: `state`, `retainedSelf`, `storedName`,
+    // `storedQualityOfService`, `storedUnderlyingQueue`, `observers`,
+    // `pendingLimitPolicy`, `drainWaiters`, `changeWaiters`, `roomWaiters`,
     // `eventSinks` and `nextEventSinkID` are read and written only while
     // `lock` is held. `observed` and `hasEventSinks` are atomic. `kind` is
     // immutable.
@@ -50,28 +55,31 @@ open class OperationQueue: @unchecked Sendable {
 
     final let lock = PlatformLock()
     /// Guarded by `lock`, which guarantees exclusivity: dynamic checks off.
-    @exclusivity(unchecked) final var scheduler = QueueScheduler()
+    @exclusivity(unchecked) final var state = QueueState()
     final let kind: Kind
-    final var storedName: String?
-    final var storedQualityOfService: QualityOfService = .default
-    final var storedUnderlyingQueue: DispatchQueue?
-    final var observers: ObservationRegistry?
+    @exclusivity(unchecked) final var storedName: String?
+    @exclusivity(unchecked) final var storedQualityOfService: QualityOfService = .default
+    @exclusivity(unchecked) final var storedUnderlyingQueue: DispatchQueue?
+    @exclusivity(unchecked) final var observers: ObservationRegistry?
     final let observed = Atomic<Bool>(false)
-    /// The queue's retain of itself while it holds operations, so that a
-    /// queue that goes out of scope still runs everything it holds (its
-    /// operations refer to it unretained). Taken when the first operation is
-    /// linked; given back after the last one's `completeRetirement()`.
+    /// The queue's retain of itself while it holds operations or has
+    /// retirements in flight, so that a queue that goes out of scope still
+    /// runs everything it holds, and so that its operations can refer to it
+    /// unretained. Taken when it stops being idle; given back (after
+    /// unlocking) when it becomes idle again.
     @exclusivity(unchecked) final var retainedSelf: Unmanaged<OperationQueue>?
     /// What synchronous adds do when the pending limit is reached.
-    final var pendingLimitPolicy: PendingLimitPolicy = .block
-    /// Drain loops between retiring an operation (under the lock) and
-    /// dropping their last references to it. Waits that find their condition
-    /// met wait for this to reach zero, so that an operation the caller no
-    /// longer holds is already released when the wait returns.
-    final let retiringNow = Atomic<Int>(0)
+    @exclusivity(unchecked) final var pendingLimitPolicy: PendingLimitPolicy = .block
+    /// Called once the queue is idle (blocking and `async` queue waits).
+    @exclusivity(unchecked) final var drainWaiters = CallbackList()
+    /// Threads waiting for any change (main-thread waits that run operations inline).
+    @exclusivity(unchecked) final var changeWaiters: [WaitSignal] = []
+    /// Producers waiting for room under the pending limit, in arrival order.
+    @exclusivity(unchecked) final var roomWaiters: [(key: Int, count: Int, resume: @Sendable () -> Void)] = []
+    @exclusivity(unchecked) final var nextRoomWaiterKey = 0
     /// Subscribers to `events`, by id.
-    final var eventSinks: [Int: AsyncStream<Event>.Continuation] = [:]
-    final var nextEventSinkID = 0
+    @exclusivity(unchecked) final var eventSinks: [Int: EventSink] = [:]
+    @exclusivity(unchecked) final var nextEventSinkID = 0
     /// Whether `eventSinks` is non-empty (read without the lock).
     final let hasEventSinks = Atomic<Bool>(false)
 
@@ -79,30 +87,52 @@ open class OperationQueue: @unchecked Sendable {
     /// choose: -1, as in Foundation.
     public static let defaultMaxConcurrentOperationCount: Int = -1
 
+    /// The most worker threads the shared pool starts, including those that
+    /// replace workers blocked in operations (sleeping, doing I/O, waiting).
+    ///
+    /// The pool keeps as many workers running as there are processors; when
+    /// operations block, it starts more so that other work proceeds, up to
+    /// this ceiling. Reaching it is reported once on standard error (the
+    /// pool then waits for a blocked worker to return). The default is 512,
+    /// or the value of the environment variable
+    /// `OPERATIONS_MAX_WORKER_THREADS`. Values below the processor count are
+    /// raised to it.
+    public static var maximumWorkerThreads: Int {
+        get { WorkerPool.shared.maximumWorkers }
+        set { WorkerPool.shared.maximumWorkers = newValue }
+    }
+
     /// Creates a concurrent queue that runs on the shared worker pool.
     public init() {
         kind = .pool
     }
 
     deinit {
-        scheduler.releaseStorage()
+        state.releaseStorage()
     }
 
     init(mainThread: Void) {
         kind = .mainThread
         storedName = "OperationQueue Main Queue"
         storedQualityOfService = .userInteractive
-        scheduler.width = 1
+        state.width = 1
     }
 
     // MARK: Configuration
 
     /// A name for debugging. Defaults to `OperationQueue 0x…`.
     open var name: String? {
-        get { lock.withLock { storedName } ?? "OperationQueue 0x" + String(UInt(bitPattern: ObjectIdentifier(self).hashValue), radix: 16) }
+        get {
+            let stored = lock.withLock { storedName }
+            return stored ?? "OperationQueue 0x" + String(UInt(bitPattern: ObjectIdentifier(self).hashValue), radix: 16)
+        }
         set {
             notifyWillChange(["name"])
-            lock.withLock { storedName = newValue }
+            let old = lock.withLock { () -> String? in
+                defer { storedName = newValue }
+                return storedName
+            }
+            withExtendedLifetime(old) {}
             notifyDidChange(["name"])
         }
     }
@@ -122,8 +152,8 @@ open class OperationQueue: @unchecked Sendable {
     ///
     /// - `1` makes the queue serial (one operation at a time, in readiness
     ///   and priority order).
-    /// - `n > 1` bounds concurrency; `0` starts nothing (cancelled
-    ///   operations are still retired).
+    /// - `n > 1` bounds concurrency, up to `Int.max`; `0` starts nothing
+    ///   (cancelled operations are still retired).
     /// - ``defaultMaxConcurrentOperationCount`` (-1, the default) lets the
     ///   system choose: as many as the shared pool can run, which follows
     ///   the processor count and grows while operations block.
@@ -135,7 +165,7 @@ open class OperationQueue: @unchecked Sendable {
     /// starts no more until they are under the new limit. On
     /// ``OperationQueue/main`` the value stays 1.
     open var maxConcurrentOperationCount: Int {
-        get { lock.withLock { scheduler.width } }
+        get { lock.withLock { state.width } }
         set {
             guard newValue >= -1 else {
                 OperationMisuse.report(
@@ -147,11 +177,11 @@ open class OperationQueue: @unchecked Sendable {
             }
             guard kind == .pool else { return }
             notifyWillChange(["maxConcurrentOperationCount"])
-            let tickets = lock.withLock { () -> Int in
-                scheduler.width = newValue
-                return scheduler.drainersNeeded()
+            let effects = lock.withLock { () -> QueueEffects in
+                state.width = newValue
+                return takeEffectsLocked()
             }
-            startDrainers(tickets)
+            effects.perform(on: self)
             notifyDidChange(["maxConcurrentOperationCount"])
         }
     }
@@ -162,17 +192,17 @@ open class OperationQueue: @unchecked Sendable {
     /// ones from starting (cancelled ones included). Resuming continues
     /// where the queue left off, in readiness and priority order.
     open var isSuspended: Bool {
-        get { lock.withLock { scheduler.isSuspended } }
+        get { lock.withLock { state.isSuspended } }
         set {
             notifyWillChange(["isSuspended"])
-            let tickets = lock.withLock { () -> Int in
-                scheduler.isSuspended = newValue
-                return scheduler.drainersNeeded()
+            let effects = lock.withLock { () -> QueueEffects in
+                state.isSuspended = newValue
+                emitLocked(.suspended(newValue))
+                return takeEffectsLocked()
             }
             // Tell observers before any operation can start because of it.
             notifyDidChange(["isSuspended"])
-            emit(.suspended(newValue))
-            startDrainers(tickets)
+            effects.perform(on: self)
         }
     }
 
@@ -184,13 +214,8 @@ open class OperationQueue: @unchecked Sendable {
         get { lock.withLock { storedUnderlyingQueue } }
         set {
             guard kind == .pool else { return }
-            notifyWillChange(["underlyingQueue"])
-            let refused = lock.withLock { () -> Bool in
-                guard scheduler.count == 0 else { return true }
-                storedUnderlyingQueue = newValue
-                return false
-            }
-            if refused {
+            let busy = lock.withLock { state.count > 0 }
+            if busy {
                 OperationMisuse.report(
                     .underlyingQueueWhileBusy,
                     subject: misuseSubject,
@@ -198,6 +223,12 @@ open class OperationQueue: @unchecked Sendable {
                 )
                 return
             }
+            notifyWillChange(["underlyingQueue"])
+            let old = lock.withLock { () -> DispatchQueue? in
+                defer { storedUnderlyingQueue = newValue }
+                return storedUnderlyingQueue
+            }
+            withExtendedLifetime(old) {}
             notifyDidChange(["underlyingQueue"])
         }
     }
@@ -207,19 +238,21 @@ open class OperationQueue: @unchecked Sendable {
     /// The unfinished operations, in the order they were added.
     /// - Complexity: O(n).
     open var operations: [Operation] {
-        lock.withLock { scheduler.operations }
+        lock.withLock { state.operations }
     }
 
     /// The number of unfinished operations.
     /// - Complexity: O(1).
     open var operationCount: Int {
-        lock.withLock { scheduler.count }
+        lock.withLock { state.count }
     }
 
-    /// Progress of the work added since the queue was last empty.
+    /// Progress of the work added since the queue was last idle. Observable
+    /// (`observe(\.progress)`): it changes whenever an operation is added or
+    /// finishes.
     open var progress: QueueProgress {
         lock.withLock {
-            QueueProgress(totalUnitCount: scheduler.progressTotal, completedUnitCount: scheduler.progressCompleted)
+            QueueProgress(totalUnitCount: state.progressTotal, completedUnitCount: state.progressCompleted)
         }
     }
 
@@ -231,14 +264,16 @@ open class OperationQueue: @unchecked Sendable {
     /// Adding an operation that is already in a queue (this one or
     /// another), or that is executing or finished, is a misuse
     /// (``OperationMisuse/Code/alreadyInQueue``,
-    /// ``OperationMisuse/Code/addedAfterStart``).
+    /// ``OperationMisuse/Code/addedAfterStart``). Under a pending limit
+    /// (``setPendingLimit(_:policy:)``) the call follows the limit's policy,
+    /// except from inside this queue's own work, which is never held back.
     open func addOperation(_ operation: Operation) {
-        enqueueOne(operation)
+        admit(CollectionOfOne(operation), mode: .synchronous)
     }
 
     /// Wraps `block` in a ``BlockOperation`` and adds it.
     open func addOperation(_ block: @escaping @Sendable () -> Void) {
-        enqueueOne(BlockOperation(block: block))
+        admit(CollectionOfOne(BlockOperation(block: block)), mode: .synchronous)
     }
 
     /// Adds several operations in one step and, if `wait` is true, blocks
@@ -249,14 +284,18 @@ open class OperationQueue: @unchecked Sendable {
     /// (``OperationMisuse/Code/duplicateInBatch``); the other operations
     /// are still added.
     open func addOperations(_ operations: [Operation], waitUntilFinished wait: Bool) {
-        let accepted = enqueue(operations) ?? []
+        let accepted = admit(operations, mode: .synchronous, collecting: wait) ?? []
         if wait { waitForOperations(accepted) }
     }
 
     /// Adds a block that runs after every operation added before it has
     /// finished; operations added after it wait until it has finished.
+    ///
+    /// The barrier holds no dependency edges: `dependencies` of the
+    /// operations around it are unchanged. Cancelled operations, which are
+    /// ready whatever they wait for, are not held back by a barrier.
     open func addBarrierBlock(_ barrier: @escaping @Sendable () -> Void) {
-        addBarrier(BarrierOperation(block: barrier))
+        admit(CollectionOfOne(BarrierOperation(block: barrier)), mode: .synchronous, barrier: true)
     }
 
     /// Cancels every operation in the queue. Cancelled operations that have
@@ -264,19 +303,8 @@ open class OperationQueue: @unchecked Sendable {
     /// finished. Running operations see ``Operation/isCancelled`` and are
     /// expected to stop early.
     open func cancelAllOperations() {
-        let snapshot = lock.withLock { scheduler.operations }
-        ThreadContext.withCurrent { context in
-            // Saved and restored, so that a nested call (a `cancel()` override
-            // cancelling another queue) keeps its own batch.
-            let savedQueue = context.cancellingQueueReference
-            let savedBatch = context.deferredCancellations
-            context.cancellingQueueReference = Unmanaged.passUnretained(self)
-            context.deferredCancellations = []
-            for operation in snapshot { operation.cancel() }
-            context.cancellingQueueReference = savedQueue
-            moveCancelledOperations(context)
-            context.deferredCancellations = savedBatch
-        }
+        let snapshot = lock.withLock { state.operations }
+        for operation in snapshot { operation.cancel() }
     }
 
     // MARK: Waiting
@@ -285,13 +313,15 @@ open class OperationQueue: @unchecked Sendable {
     /// completion block ran, including operations added while waiting and
     /// asynchronous operations that finish later.
     ///
-    /// Waiting from inside one of the queue's own operations (or completion
-    /// blocks) can never end and is a misuse
-    /// (``OperationMisuse/Code/waitDeadlock``). On the main thread, waiting
-    /// for ``OperationQueue/main`` runs its operations on this thread.
+    /// Waiting from inside one of the queue's own operations can never end
+    /// and is a misuse (``OperationMisuse/Code/waitDeadlock``); so is any
+    /// wait that a cycle of waits through other threads would block forever.
+    /// From inside a completion block or observer of one of its operations,
+    /// it waits for every other operation. On the main thread, waiting for
+    /// ``OperationQueue/main`` runs its operations on this thread.
     @available(*, noasync, message: "Blocks a thread; in async code use `await queue.drained()`.")
     open func waitUntilAllOperationsAreFinished() {
-        waitUntilEmpty(deadline: nil)
+        waitUntilIdle(deadline: nil)
     }
 
     // MARK: Current and main
@@ -321,7 +351,7 @@ open class OperationQueue: @unchecked Sendable {
     /// A one-line description with the name and counts.
     open var description: String {
         let (count, ready, executing, suspended) = lock.withLock {
-            (scheduler.count, scheduler.readyCount, scheduler.executing, scheduler.isSuspended)
+            (state.count, state.readyCount, state.executing, state.isSuspended)
         }
         return "<\(misuseSubject): \(count) operations, \(ready) ready, \(executing) executing\(suspended ? ", suspended" : "")>"
     }
@@ -340,9 +370,9 @@ extension OperationQueue: Hashable {
 extension OperationQueue: CustomStringConvertible {}
 
 /// The progress of a queue's work: how many operations were added since the
-/// queue was last empty, and how many of them have finished.
+/// queue was last idle, and how many of them have finished.
 public struct QueueProgress: Sendable, Hashable, CustomStringConvertible {
-    /// Operations added since the queue was last empty.
+    /// Operations added since the queue was last idle.
     public var totalUnitCount: Int
     /// Of those, the operations that have finished.
     public var completedUnitCount: Int

@@ -1,3 +1,5 @@
+import Synchronization
+
 /// A programming error detected by the library, such as starting an
 /// operation that is not ready or adding one operation to two queues.
 ///
@@ -53,7 +55,8 @@ public struct OperationMisuse: Error, Sendable, CustomStringConvertible {
         public static let invalidMaxConcurrentOperationCount = Code("invalidMaxConcurrentOperationCount")
         /// `threadPriority` was set outside 0.0 ... 1.0.
         public static let invalidThreadPriority = Code("invalidThreadPriority")
-        /// A dependency would close (or has closed) a cycle.
+        /// A dependency would close a cycle, while
+        /// ``OperationMisuse/reportsDependencyCycles`` is on.
         public static let dependencyCycle = Code("dependencyCycle")
         /// A wait can never end, because what it waits for can only run after
         /// the waiting code itself.
@@ -64,6 +67,9 @@ public struct OperationMisuse: Error, Sendable, CustomStringConvertible {
         public static let finishBeforeStart = Code("finishBeforeStart")
         /// A bound on pending operations was set below 1.
         public static let invalidPendingLimit = Code("invalidPendingLimit")
+        /// An input of a `ResultOperation(after:…)` was removed from its
+        /// dependencies: its body needs the input's value.
+        public static let resultInputRemoved = Code("resultInputRemoved")
     }
 
     /// The rule that was broken.
@@ -88,7 +94,45 @@ public struct OperationMisuse: Error, Sendable, CustomStringConvertible {
     /// the misuse happens on the calling thread or task.
     public static var handler: Handler? {
         get { globalHandler.withLock { $0 } }
-        set { globalHandler.withLock { $0 = newValue } }
+        set {
+            // The replaced handler may capture user values: released after unlocking.
+            let replaced = globalHandler.withLock { current -> Handler? in
+                defer { current = newValue }
+                return current
+            }
+            withExtendedLifetime(replaced) {}
+        }
+    }
+
+    private static let cycleReporting = Atomic<Bool>(false)
+
+    /// Whether an `addDependency` that closes a dependency cycle is reported
+    /// as a misuse (``Code/dependencyCycle``). Off by default.
+    ///
+    /// As in Foundation, a cycle is otherwise kept: its operations never
+    /// start unless one of them is cancelled, and
+    /// ``OperationQueue/diagnostics()`` names it. Turn this on in tests (or
+    /// wherever a cycle is always a bug) to catch the edge that closes one:
+    /// with the default policy the process traps with the operations on the
+    /// cycle; with a handler installed, the edge is not added. The check
+    /// searches the graph reachable from the new dependency, so it costs
+    /// O(V + E) per `addDependency` while on.
+    public static var reportsDependencyCycles: Bool {
+        get { scopedCycleReporting ?? cycleReporting.load(ordering: .relaxed) }
+        set { cycleReporting.store(newValue, ordering: .relaxed) }
+    }
+
+    @TaskLocal private static var scopedCycleReporting: Bool?
+
+    /// Runs `body` with ``reportsDependencyCycles`` set to `enabled` for the
+    /// current task or thread (and tasks it creates) only: the scoped form,
+    /// for tests that run in parallel with others that build cycles on
+    /// purpose.
+    public static func withDependencyCycleReporting<R>(
+        _ enabled: Bool = true,
+        _ body: () throws -> R
+    ) rethrows -> R {
+        try $scopedCycleReporting.withValue(enabled, operation: body)
     }
 
     /// Runs `body` with `handler` receiving the misuses detected on this
@@ -111,14 +155,21 @@ public struct OperationMisuse: Error, Sendable, CustomStringConvertible {
 
     /// Reports a misuse. Returns only if a handler refused the call.
     static func report(_ code: Code, subject: String, _ detail: String) {
+        _ = reportReturning(code, subject: subject, detail)
+    }
+
+    /// Reports a misuse and returns it (for calls that throw it when a
+    /// handler refused it). Returns only if a handler refused the call.
+    static func reportReturning(_ code: Code, subject: String, _ detail: String) -> OperationMisuse {
         let misuse = OperationMisuse(
             code: code,
             subject: subject,
             message: "Operations misuse [\(code.rawValue)]: \(subject) \(detail)"
         )
+        OperationReporting.deliver(OperationReport(kind: .misuse(code), message: misuse.message, subject: subject))
         if let handler = scopedHandler ?? globalHandler.withLock({ $0 }) {
             handler(misuse)
-            return
+            return misuse
         }
         fatalError(misuse.message)
     }

@@ -78,7 +78,7 @@ final class WaitSignal: @unchecked Sendable {
         pthread_mutex_init(mutex, nil)
         var attributes = pthread_condattr_t()
         pthread_condattr_init(&attributes)
-        #if os(Linux)
+        #if os(Linux) || os(Android) || os(FreeBSD)
         pthread_condattr_setclock(&attributes, CLOCK_MONOTONIC)
         #endif
         pthread_cond_init(condition, &attributes)
@@ -101,21 +101,33 @@ final class WaitSignal: @unchecked Sendable {
         pthread_mutex_unlock(mutex)
     }
 
-    /// Waits until `signal()` has been called, or until `deadline`
-    /// (monotonic nanoseconds) passes. Returns `true` when signalled.
-    /// Consumes the signal.
+    /// Waits until `signal()` has been called, or until `deadline` passes.
+    /// Returns `true` when signalled. Consumes the signal.
     @discardableResult
-    func wait(deadline: UInt64? = nil) -> Bool {
+    func wait(deadline: Deadline? = nil) -> Bool {
         pthread_mutex_lock(mutex)
         defer { pthread_mutex_unlock(mutex) }
         while !signalled {
             if let deadline {
+                #if os(Linux) || os(Android) || os(FreeBSD)
+                // The condition variable measures CLOCK_MONOTONIC (see init).
                 var spec = timespec(
-                    tv_sec: Int(deadline / 1_000_000_000),
-                    tv_nsec: Int(deadline % 1_000_000_000)
+                    tv_sec: Int(deadline.nanoseconds / 1_000_000_000),
+                    tv_nsec: Int(deadline.nanoseconds % 1_000_000_000)
                 )
                 let status = pthread_cond_timedwait(condition, mutex, &spec)
-                if status == ETIMEDOUT && !signalled { return false }
+                #elseif canImport(Darwin)
+                // Darwin's condition variables measure wall-clock time; a
+                // relative wait keeps the deadline monotonic.
+                let remaining = deadline.remaining()
+                var spec = timespec(tv_sec: Int(remaining / 1_000_000_000), tv_nsec: Int(remaining % 1_000_000_000))
+                let status = remaining == 0 ? ETIMEDOUT : pthread_cond_timedwait_relative_np(condition, mutex, &spec)
+                #else
+                #error("Timed waits need a monotonic condition variable on this platform.")
+                #endif
+                if status == ETIMEDOUT && !signalled {
+                    if deadline.hasPassed() { return false }
+                }
             } else {
                 pthread_cond_wait(condition, mutex)
             }

@@ -6,77 +6,85 @@ import Musl
 import Darwin
 #endif
 
-/// What the calling thread is doing on behalf of the library: which queue
-/// and operation it runs, whether it is a pool worker, and so on.
+/// What the calling thread is running on behalf of the library: the queue
+/// and the operation. That is all it holds; no other decision depends on a
+/// thread-local value (the pool's own worker identity is `Worker.current`).
+///
+/// - `queue` answers `OperationQueue.current`.
+/// - `operation` (with `outerOperations` for operations started by hand from
+///   inside another one) tells a wait what the waiting thread is running, so
+///   that a wait that can never end is reported (`WaitRegistry`).
 ///
 /// One instance per thread, created on first use and released by the
 /// thread-specific-data destructor when the thread exits. Only its own
 /// thread reads or writes it, so it needs no lock.
 ///
-/// The object references are `unowned(unsafe)`: each is set by a frame that
-/// holds a strong reference for as long as the field is set, and restored
-/// before that frame returns. Callers hold the context itself as
-/// `unowned(unsafe)` too: it lives as long as its thread, and skipping the
-/// reference counting matters on the per-operation path.
+/// The references are `Unmanaged`: each is set by a frame that holds a strong
+/// reference for as long as the field is set (`enter`), and restored before
+/// that frame returns (`leave`). Callers hold the context itself unretained:
+/// it lives as long as its thread.
 final class ThreadContext {
     // Only the owning thread touches these fields, so dynamic exclusivity
-    // checks are off. They are `Unmanaged`: comparing identities and saving
-    // and restoring them are then plain pointer operations, with no
-    // reference counting on the per-operation path.
+    // checks are off.
 
     /// The queue whose operation (or completion block) this thread is running.
     @exclusivity(unchecked) var queueReference: Unmanaged<OperationQueue>?
-    /// The innermost operation whose `start()` is running on this thread.
+    /// The innermost operation this thread is running (its `start()`, body,
+    /// or finishing observers and completion block).
     @exclusivity(unchecked) var operationReference: Unmanaged<Operation>?
-    /// Set by a queue around its call to `operation.start()`, so that the
-    /// base `start()` can tell the queue's call from a user's.
-    @exclusivity(unchecked) var queueStartingReference: Unmanaged<Operation>?
-    /// The operation whose completion block this thread is running.
-    @exclusivity(unchecked) var completingReference: Unmanaged<Operation>?
-    /// The operation a queue's drain loop is starting on this thread; when it
-    /// finishes synchronously the loop retires it under the same lock
-    /// acquisition it uses to pick the next operation.
-    @exclusivity(unchecked) var drainOperationReference: Unmanaged<Operation>?
-    /// Set by the finishing path when `drainOperation` finished on this thread.
-    @exclusivity(unchecked) var drainOperationRetirePending = false
-    /// The pool worker this thread is, if any.
-    @exclusivity(unchecked) var workerReference: Unmanaged<Worker>?
-    /// The queue whose drain loop is starting an operation on this thread.
-    /// Dependents of that queue that become ready meanwhile are collected in
-    /// `deferredAdmissions` and admitted under the loop's next lock
-    /// acquisition, instead of taking the queue's lock once more each.
-    @exclusivity(unchecked) var admittingQueueReference: Unmanaged<OperationQueue>?
-    @exclusivity(unchecked) var deferredAdmissions: [Operation] = []
-    /// The queue whose `cancelAllOperations()` runs on this thread: its
-    /// cancelled operations are collected in `deferredCancellations` and
-    /// moved to the cancelled lane under one lock acquisition at the end.
-    @exclusivity(unchecked) var cancellingQueueReference: Unmanaged<OperationQueue>?
-    @exclusivity(unchecked) var deferredCancellations: [Operation] = []
+    /// Operations further out, when one was started from inside another.
+    @exclusivity(unchecked) private var outerOperations: [Unmanaged<Operation>] = []
+
+    /// What `leave` restores.
+    struct Saved {
+        fileprivate let operation: Unmanaged<Operation>?
+        fileprivate let queue: Unmanaged<OperationQueue>?
+    }
 
     var queue: OperationQueue? {
-        get { queueReference?.takeUnretainedValue() }
-        set { queueReference = newValue.map { Unmanaged.passUnretained($0) } }
+        queueReference?.takeUnretainedValue()
     }
 
     var operation: Operation? {
-        get { operationReference?.takeUnretainedValue() }
-        set { operationReference = newValue.map { Unmanaged.passUnretained($0) } }
+        operationReference?.takeUnretainedValue()
     }
 
-    var completing: Operation? {
-        get { completingReference?.takeUnretainedValue() }
-        set { completingReference = newValue.map { Unmanaged.passUnretained($0) } }
-    }
-
-    var worker: Worker? {
-        get { workerReference?.takeUnretainedValue() }
-        set { workerReference = newValue.map { Unmanaged.passUnretained($0) } }
-    }
-
-    /// Whether `reference` refers to `object`, without reference counting.
+    /// Marks `operation` as running on this thread (the queue unchanged).
     @inline(__always)
-    static func refers<T: AnyObject>(_ reference: Unmanaged<T>?, to object: T) -> Bool {
-        reference?.toOpaque() == Unmanaged.passUnretained(object).toOpaque()
+    func enter(_ operation: Operation) -> Saved {
+        enter(operation, queue: queueReference)
+    }
+
+    /// Marks `operation` as running on this thread for `queue`.
+    @inline(__always)
+    func enter(_ operation: Operation, queue: Unmanaged<OperationQueue>?) -> Saved {
+        let saved = Saved(operation: operationReference, queue: queueReference)
+        if let outer = operationReference { outerOperations.append(outer) }
+        operationReference = Unmanaged.passUnretained(operation)
+        queueReference = queue
+        return saved
+    }
+
+    /// Restores what `enter` replaced.
+    @inline(__always)
+    func leave(restoring saved: Saved) {
+        if saved.operation != nil { outerOperations.removeLast() }
+        operationReference = saved.operation
+        queueReference = saved.queue
+    }
+
+    /// Every operation this thread is running, innermost last.
+    var runningOperations: [Operation] {
+        var result = outerOperations.map { $0.takeUnretainedValue() }
+        if let operation { result.append(operation) }
+        return result
+    }
+
+    /// Whether `operation` is one this thread is running.
+    func isRunning(_ operation: Operation) -> Bool {
+        let opaque = Unmanaged.passUnretained(operation).toOpaque()
+        if operationReference?.toOpaque() == opaque { return true }
+        return outerOperations.contains { $0.toOpaque() == opaque }
     }
 
     private var cachedThreadID: Int32 = -1
@@ -96,18 +104,18 @@ final class ThreadContext {
             guard let pointer else { return }
             Unmanaged<ThreadContext>.fromOpaque(pointer).release()
         }
-        precondition(status == 0, "pthread_key_create failed with \(status)")
+        precondition(status == 0, "Operations: pthread_key_create failed with \(status)")
         return key
     }()
 
     /// Runs `body` with the calling thread's context, without reference
     /// counting (the context lives as long as its thread).
     @inline(__always)
-    static func withCurrent<R>(_ body: (ThreadContext) -> R) -> R {
+    static func withCurrent<R>(_ body: (ThreadContext) throws -> R) rethrows -> R {
         if let pointer = pthread_getspecific(key) {
-            return Unmanaged<ThreadContext>.fromOpaque(pointer)._withUnsafeGuaranteedRef(body)
+            return try Unmanaged<ThreadContext>.fromOpaque(pointer)._withUnsafeGuaranteedRef(body)
         }
-        return body(makeCurrent())
+        return try body(makeCurrent())
     }
 
     /// The calling thread's context, created on first use.

@@ -93,9 +93,7 @@ struct BenchPlan: Sendable {
         hangLimitSeconds = max(quick ? 60 : 300, Int(3 * self.maxRunSeconds))
         rows = Self.makeRows(scalePoints: scalePoints, foundationCap: foundationCap, quick: quick)
         if !only.isEmpty {
-            rows = rows.filter { row in
-                only.contains { $0.hasSuffix("*") ? row.id.hasPrefix($0.dropLast()) : row.id == $0 }
-            }
+            rows = rows.filter { row in only.contains { Self.pattern($0, matches: row.id) } }
         }
         if let engines {
             rows = rows.compactMap { row in
@@ -104,6 +102,12 @@ struct BenchPlan: Sendable {
                 return kept.engines.isEmpty ? nil : kept
             }
         }
+    }
+
+    /// Whether an `--only` pattern selects the row `id`: the same id, or,
+    /// for a pattern ending in `*`, an id starting with what precedes it.
+    static func pattern(_ pattern: String, matches id: String) -> Bool {
+        pattern.hasSuffix("*") ? id.hasPrefix(pattern.dropLast()) : id == pattern
     }
 
     private static func makeRows(scalePoints: [Int], foundationCap cap: Int, quick: Bool) -> [BenchRow] {

@@ -23,8 +23,15 @@ struct BenchEngineStats {
     var notRun: String?
     /// The predicted nanoseconds per operation, when not run for being too slow.
     var predictedPerOp: Double?
+    /// This engine's validation failures on this row (also on standard error).
+    var failures: [String] = []
 
     func metric(_ key: String) -> [Double] { metrics.compactMap { $0[key] } }
+
+    /// Median nanoseconds per operation over the repetitions (NaN without any).
+    var median: Double { benchMedian(perOp) }
+    /// Median ratio to Dispatch over the repetitions, or nil without Dispatch.
+    var ratio: Double? { ratios.isEmpty ? nil : benchMedian(ratios) }
 }
 
 /// A finished row.
@@ -32,6 +39,23 @@ struct BenchRowResult {
     var row: BenchRow
     var stats: [BenchEngineID: BenchEngineStats] = [:]
     var wallSeconds = 0.0
+    /// The row's target, judged for Operations (nil without a target, or
+    /// when Operations failed validation on this row).
+    var outcome: BenchTargetOutcome?
+
+    /// "PASS" or "MISS" for the engine the row's target applies to
+    /// (Operations), "FAIL" for an engine that failed validation, else nil.
+    func verdict(for engine: BenchEngineID) -> String? {
+        guard let stats = stats[engine] else { return nil }
+        if stats.failed { return "FAIL" }
+        guard engine == .operations, row.target != nil else { return nil }
+        return outcome?.passed == true ? "PASS" : "MISS"
+    }
+
+    /// The target's label for `engine`: targets apply to Operations only.
+    func targetLabel(for engine: BenchEngineID) -> String? {
+        engine == .operations ? row.target?.label : nil
+    }
 }
 
 /// A target's outcome, for the summary.
@@ -43,42 +67,130 @@ struct BenchTargetOutcome {
 }
 
 /// Runs the plan: rows in order, engines interleaved within each repetition
-/// (the order rotates every repetition), every run validated.
+/// (the order rotates every repetition), every run validated. Each finished
+/// row goes to the reporter at once.
 final class BenchRunner {
     let plan: BenchPlan
+    private let reporter: any BenchReporter
+    private let progress: BenchProgress?
     private let watchdog: BenchWatchdog
     private(set) var results: [BenchRowResult] = []
     private(set) var failures: [String] = []
-    var targets: [BenchTargetOutcome] = []
+    private(set) var targets: [BenchTargetOutcome] = []
 
-    init(plan: BenchPlan) {
+    /// - Parameter progress: the status line ("row k of n", time left), or
+    ///   nil when standard output is not a terminal.
+    init(plan: BenchPlan, reporter: any BenchReporter, progress: BenchProgress?) {
         self.plan = plan
-        watchdog = BenchWatchdog(limitSeconds: plan.hangLimitSeconds)
+        self.reporter = reporter
+        self.progress = progress
+        watchdog = BenchWatchdog(limitSeconds: plan.hangLimitSeconds) { progress?.clear() }
     }
 
-    /// Runs everything and prints the report. Returns false if any
-    /// validation failed.
+    /// Runs everything and reports it. Returns false if any validation failed.
     func run() -> Bool {
         let start = benchNow()
-        printHeader()
-        printTimeTableHeader()
-        for row in plan.rows where !row.isMemory {
-            let result = runRow(row)
+        reporter.begin(plan: plan, environment: BenchEnvironment.current())
+        // Time rows first, then memory rows (their own table).
+        let rows = plan.rows.filter { !$0.isMemory } + plan.rows.filter(\.isMemory)
+        // The estimates' model, scaled by how long the rows so far took
+        // against what it said for them.
+        var modelled = 0.0
+        var measured = 0.0
+        for (index, row) in rows.enumerated() {
+            let scale = modelled > 0 ? measured / modelled : 1
+            progress?.show(
+                row: index + 1, of: rows.count, id: row.id,
+                elapsedSeconds: Double(benchNow() - start) / 1e9,
+                leftSeconds: rows[index...].reduce(0) { $0 + estimatedSeconds($1, scale: scale) })
+            let model = modelSeconds(row)
+            var result = runRow(row)
+            // A row cut short by its time budget says nothing about the scale.
+            if result.wallSeconds < plan.rowBudgetSeconds {
+                modelled += model
+                measured += result.wallSeconds
+            }
+            judge(&result)
             results.append(result)
-            printTimeRow(result)
+            progress?.clear()
+            reporter.row(result)
         }
-        let memoryRows = plan.rows.filter(\.isMemory)
-        if !memoryRows.isEmpty {
-            printMemoryTableHeader()
-            for row in memoryRows {
-                let result = runRow(row)
-                results.append(result)
-                printMemoryRow(result)
+        let growth = BenchGrowth(plan: plan, results: results)
+        targets += growth.outcomes
+        reporter.growth(growth)
+        reporter.finish(BenchSummary(
+            targets: targets, failures: failures, wallSeconds: Double(benchNow() - start) / 1e9))
+        return failures.isEmpty
+    }
+
+    // MARK: Judging
+
+    /// Judges the row's target for Operations and records the outcome for
+    /// the summary. A row on which Operations failed validation has no
+    /// outcome (its verdict is FAIL); one on which it was not run misses.
+    private func judge(_ result: inout BenchRowResult) {
+        let row = result.row
+        guard let target = row.target, let stats = result.stats[.operations], !stats.failed else { return }
+        let what = "\(row.id) \(row.title) (N = \(benchCount(row.count)))"
+        let outcome: BenchTargetOutcome
+        if let notRun = stats.notRun {
+            outcome = BenchTargetOutcome(what: what + " ×Dispatch", measured: notRun, target: target.label, passed: false)
+        } else {
+            switch target {
+            case .ratioAtMost(let limit):
+                let ratio = benchMedian(stats.ratios)
+                outcome = BenchTargetOutcome(what: what + " ×Dispatch", measured: benchFormat(ratio, decimals: 2) + "×",
+                                             target: target.label, passed: ratio <= limit)
+            case .bytesPerOpAtMost(let limit):
+                let bytes = benchMedian(stats.metric("rssBytesPerOp"))
+                outcome = BenchTargetOutcome(what: what, measured: benchFormat(bytes, decimals: 1) + " B",
+                                             target: target.label, passed: bytes <= limit)
+            case .noOrderViolations:
+                let inversions = Int(stats.metric("inversions").max() ?? -1)
+                let fifo = Int(stats.metric("fifoViolations").max() ?? -1)
+                outcome = BenchTargetOutcome(what: what, measured: "\(inversions) inversions, \(fifo) FIFO violations",
+                                             target: target.label, passed: inversions == 0 && fifo == 0)
             }
         }
-        printGrowthTable()
-        printSummary(wallSeconds: Double(benchNow() - start) / 1e9)
-        return failures.isEmpty
+        result.outcome = outcome
+        targets.append(outcome)
+    }
+
+    // MARK: Estimating
+
+    /// About how long `row` will take, for the progress line: the model's
+    /// figure times `scale`, at most the row's time budget plus one
+    /// repetition (a row stops repeating once it has run for its budget).
+    private func estimatedSeconds(_ row: BenchRow, scale: Double) -> Double {
+        let repetitions = Double(min(plan.repetitions, row.repetitionCap ?? Int.max))
+        let seconds = modelSeconds(row) * scale
+        return min(seconds, plan.rowBudgetSeconds + seconds / max(repetitions, 1))
+    }
+
+    /// The time `row` would take if a sample lasted exactly as long as it
+    /// must (the sampling target, or a whole run where the growth group
+    /// predicts a longer one), with nothing else to do. The real time is
+    /// longer by a factor that the progress line measures as it goes.
+    private func modelSeconds(_ row: BenchRow) -> Double {
+        guard row.skipReason == nil else { return 0 }
+        let repetitions = Double(min(plan.repetitions, row.repetitionCap ?? Int.max))
+        // With --quick there is no sampling target: every row counts alike.
+        let sample = max(Double(plan.sampleTargetNanoseconds) / 1e9, 0.01)
+        // Without a prediction, a run is taken to cost about a microsecond
+        // per operation: this matters for the large rows only.
+        let run = max(sample, Double(row.count) * 1e-6)
+        var total = 0.0
+        for engine in row.engines {
+            guard let prediction = predictedRun(row, engine) else {
+                let warmUp = plan.warmUp && row.count < 1_000_000 ? run : 0
+                total += warmUp + repetitions * run
+                continue
+            }
+            if prediction.seconds > plan.maxRunSeconds { continue }
+            let warmUp = plan.warmUp && prediction.seconds < 2 && row.count < 1_000_000 ? prediction.seconds : 0
+            total += warmUp + repetitions * max(prediction.seconds, sample)
+        }
+        return total
     }
 
     // MARK: Running
@@ -99,7 +211,7 @@ final class BenchRunner {
                 continue
             }
             if prediction.seconds > plan.maxRunSeconds {
-                result.stats[engine]?.notRun = "not run: predicted ~\(benchFormat(prediction.seconds, decimals: 0)) s per run (\(prediction.basis)) > --max-run-seconds \(benchFormat(plan.maxRunSeconds, decimals: 0))"
+                result.stats[engine]?.notRun = "not run: predicted ~\(benchDuration(prediction.seconds * 1e9)) per run (\(prediction.basis)) > --max-run-seconds \(benchDuration(plan.maxRunSeconds * 1e9))"
                 result.stats[engine]?.predictedPerOp = prediction.seconds * 1e9 / Double(row.count)
                 continue
             }
@@ -151,7 +263,7 @@ final class BenchRunner {
     /// The predicted duration of one run of `engine` on `row`, extrapolated
     /// from the two largest smaller sizes of the row's growth group (growth
     /// exponent at least 1), or nil without data.
-    private func predictedRun(_ row: BenchRow, _ engine: BenchEngineID) -> (seconds: Double, basis: String)? {
+    func predictedRun(_ row: BenchRow, _ engine: BenchEngineID) -> (seconds: Double, basis: String)? {
         guard let group = row.scaleGroup else { return nil }
         let measured = results
             .filter { $0.row.scaleGroup == group && $0.row.count < row.count }
@@ -186,6 +298,8 @@ final class BenchRunner {
             for failure in outcome.failures {
                 let message = "\(row.id) \(engine.name) N=\(row.count) \(when): \(failure)"
                 failures.append(message)
+                result.stats[engine]?.failures.append(message)
+                progress?.clear()
                 benchPrintError("FAIL " + message)
             }
         }
@@ -202,6 +316,8 @@ final class BenchRunner {
             result.stats[.operations]?.failed = true
             let message = "\(result.row.id) Operations: \(Int(inversions)) priority inversions, \(Int(fifo)) FIFO violations (both must be 0)"
             failures.append(message)
+            result.stats[.operations]?.failures.append(message)
+            progress?.clear()
             benchPrintError("FAIL " + message)
         }
     }
@@ -210,12 +326,17 @@ final class BenchRunner {
 /// Reports a run that does not return (a hang) and ends the process with
 /// status 3, so that a hang fails loudly instead of stalling CI.
 final class BenchWatchdog: @unchecked Sendable {
-    // @unchecked Sendable: `current` is a Mutex; `limit` is immutable.
+    // @unchecked Sendable: `current` is a Mutex; `limit` and `beforeReport`
+    // are immutable.
     private let current = Mutex<(label: String, start: UInt64)?>(nil)
     private let limit: UInt64
+    private let beforeReport: @Sendable () -> Void
 
-    init(limitSeconds: Int) {
+    /// - Parameter beforeReport: called on the watchdog's thread just before
+    ///   it reports a hang (it erases the progress line).
+    init(limitSeconds: Int, beforeReport: @escaping @Sendable () -> Void = {}) {
         limit = UInt64(limitSeconds) * 1_000_000_000
+        self.beforeReport = beforeReport
         let box = Unmanaged.passRetained(self).toOpaque()
         var thread = pthread_t()
         let status = pthread_create(&thread, nil, { argument in
@@ -247,6 +368,7 @@ final class BenchWatchdog: @unchecked Sendable {
                 return state.label
             }
             if let overdue {
+                beforeReport()
                 benchPrintError("HANG: \(overdue) did not finish within \(limit / 1_000_000_000) s")
                 fflush(nil)
                 exit(3)

@@ -2,7 +2,7 @@ import Dispatch
 import Operations
 import Synchronization
 
-/// Document 001's `TestClass`: one synchronous method and two asynchronous
+/// The async-operation article's `TestClass`: one synchronous method and two asynchronous
 /// ones that finish on a concurrent dispatch queue and call back.
 ///
 /// To show deterministically that the two asynchronous methods run at the
@@ -46,13 +46,15 @@ final class FanInTestClass: Sendable {
     }
 }
 
-/// `async-fan-in`: document 001. Two asynchronous operations that finish
+/// `async-fan-in`: the async-operation article. Two asynchronous operations that finish
 /// from a callback, and a synchronous one that depends on both.
 enum AsyncFanInDemo {
     static let demo = DemoCase(
         name: "async-fan-in",
-        summary: "001: two async operations finished from callbacks; a sync one runs after both",
-        source: "001_53bf042318cdf66c.txt, 構造異步NSOperation進行異步任務調度: MLAsyncOperation and its test (asyncMethod1, asyncMethod2, then method1)",
+        summary: "two operations finish from callbacks; a dependent runs after both",
+        sources: [DemoCitation(.asyncOperationArticle, "MLAsyncOperation and its test (asyncMethod1, asyncMethod2, then method1)")],
+        shows: "An operation that finishes from a callback holds its dependents back until then.",
+        lookFor: "Both \"async method N begin\" before either \"end\"; \"method 1 begin\" after both finish.",
         run: run
     )
 
@@ -149,8 +151,9 @@ enum AsyncFanInDemo {
                        "the sync method ran after async method 1 ended and asyncOp1 finished")
         log.checkOrder(["async method 2 end", "asyncOp2 isFinished NO→YES", "method 1 begin"],
                        "the sync method ran after async method 2 ended and asyncOp2 finished")
-        log.checkOrder(["asyncOp1 isFinished NO→YES", "op1 isReady NO→YES"], "op1 became ready only after asyncOp1 finished")
-        log.checkOrder(["asyncOp2 isFinished NO→YES", "op1 isReady NO→YES"], "op1 became ready only after asyncOp2 finished")
+        // Finishing releases dependents first, then tells isFinished observers.
+        log.checkOrder(["async method 1 end", "op1 isReady NO→YES", "method 1 begin"], "op1 became ready only after asyncOp1 finished its work")
+        log.checkOrder(["async method 2 end", "op1 isReady NO→YES", "method 1 begin"], "op1 became ready only after asyncOp2 finished its work")
         log.checkThreads(of: ["async method 1 begin", "async method 2 begin", "method 1 begin"], startWith: "ops.worker.",
                          "the operations ran on the library's worker threads")
     }

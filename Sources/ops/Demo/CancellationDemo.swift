@@ -43,8 +43,10 @@ final class PollingOperation: Operation, @unchecked Sendable {
 enum CancellationDemo {
     static let demo = DemoCase(
         name: "cancellation",
-        summary: "002 Listing 2-4 and Canceling Operations: cancelAllOperations, polling isCancelled, dependents released",
-        source: "002_3bc8448bbd9b168b.txt, Responding to Cancellation Events (Listing 2-4) and Canceling Operations",
+        summary: "cancelAllOperations: a running operation polls isCancelled; a waiting one ends",
+        sources: [DemoCitation(.appleOperationQueues, "Responding to Cancellation Events (Listing 2-4) and Canceling Operations")],
+        shows: "Cancel stops a running operation where it checks isCancelled, a waiting one at once.",
+        lookFor: "\"waiting isFinished NO→YES\" while the looper still executes; then \"after\" runs anyway.",
         run: run
     )
 
@@ -100,7 +102,7 @@ enum CancellationDemo {
                               "looper: executing, cancelled while executing, then finished")
         log.checkStateChanges(of: "waiting", equal: ["isReady YES→NO", "isCancelled NO→YES", "isReady NO→YES", "isFinished NO→YES"],
                               "waiting: not ready, then cancelled, which made it ready, then finished without executing")
-        log.checkOrder(["waiting isFinished NO→YES", "after isReady NO→YES", "after runs"],
+        log.checkOrder(["waiting isCancelled NO→YES", "after isReady NO→YES", "after runs"],
                        "the operation depending on the cancelled one (on another queue) ran once it finished")
         log.checkStateChanges(of: "after", equal: ["isReady YES→NO", "isReady NO→YES", "isExecuting NO→YES", "isExecuting YES→NO", "isFinished NO→YES"],
                               "after: a cancelled dependency counts as finished, so it ran")

@@ -3,13 +3,18 @@ import Synchronization
 
 /// `concurrent-operation`: concurrent operations built by hand — the
 /// chapter's `MyOperation` (Listings 2-5 to 2-7, a new thread per
-/// operation) and document 004's `MyOperation` (a state enum, one shared
+/// operation) and the concurrent-operation article's `MyOperation` (a state enum, one shared
 /// thread) — started by hand and run by queues.
 enum ConcurrentOperationDemo {
     static let demo = DemoCase(
         name: "concurrent-operation",
-        summary: "002 Listings 2-5..2-7 and 004's MyOperation: hand-built concurrent operations, by hand and in queues",
-        source: "002_3bc8448bbd9b168b.txt, Configuring Operations for Concurrent Execution (Listings 2-5..2-7); 004_44ab66dbe4ae2dbf.txt, 建立concurrent Operation (MyOperation)",
+        summary: "hand-built concurrent operations (start() overridden), by hand and in queues",
+        sources: [
+            DemoCitation(.appleOperationQueues, "Configuring Operations for Concurrent Execution (Listings 2-5 to 2-7)"),
+            DemoCitation(.concurrentOperationArticle, "建立concurrent Operation (building a concurrent operation): MyOperation"),
+        ],
+        shows: "Operations that override start() and announce their own state, by hand and in queues.",
+        lookFor: "start() returns before the work runs on its own thread; dependents wait for isFinished.",
         run: run
     )
 
@@ -73,8 +78,10 @@ enum ConcurrentOperationDemo {
 
         log.check(drained, "the queue finished all three within 10 s", detail: "still queued: \(queue.operations.map { $0.name ?? "?" })")
         log.checkStateChanges(of: "worker", equal: ran, "worker: executing, then finished by completeOperation()")
-        log.checkOrder(["worker completeOperation()", "worker isFinished NO→YES", "dependent isReady NO→YES", "dependent runs"],
+        log.checkOrder(["worker completeOperation()", "dependent isReady NO→YES", "dependent runs"],
                        "the dependent ran only after the worker announced isFinished")
+        log.checkOrder(["dependent isReady NO→YES", "worker isFinished NO→YES"],
+                       "finishing released the dependent before isFinished observers were told")
         log.checkStateChanges(of: "dependent", equal: ["isReady YES→NO", "isReady NO→YES"] + ran,
                               "dependent: not ready until the worker finished, then runs")
         log.checkStateChanges(of: "cancelled", equal: ["isCancelled NO→YES", "isReady YES→YES", "isFinished NO→YES"],
@@ -83,9 +90,9 @@ enum ConcurrentOperationDemo {
         log.checkThreads(of: ["worker main() on its own thread"], startWith: "detached.", "the worker's main() ran on its own detached thread")
     }
 
-    /// 004's runOperations: MyOperation and a BlockOperation started by hand.
+    /// The concurrent-operation article's runOperations: MyOperation and a BlockOperation started by hand.
     private static func myOperationStartedByHand(_ log: DemoLog) {
-        log.section("3. 004: MyOperation and a BlockOperation started by hand")
+        log.section("3. the article's MyOperation and a BlockOperation started by hand")
         let recorder = StateRecorder(log: log)
         let bothReturned = Gate()
         let waited = Mutex(true)
@@ -119,10 +126,10 @@ enum ConcurrentOperationDemo {
                          "the block operation ran synchronously on the calling thread (\(caller))")
     }
 
-    /// 004's second queue example: MyOperations share one thread, so they
+    /// The concurrent-operation article's second queue example: MyOperations share one thread, so they
     /// run one after the other, while a block operation runs beside them.
     private static func myOperationsInQueue(_ log: DemoLog) {
-        log.section("4. 004: MyOperations and a BlockOperation in a suspended queue (max 5), then resumed")
+        log.section("4. the article's MyOperations and a BlockOperation in a suspended queue (max 5), then resumed")
         let recorder = StateRecorder(log: log)
         let meter = ConcurrencyMeter()
         let beside = Rendezvous(parties: 2)

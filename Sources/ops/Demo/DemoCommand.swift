@@ -7,9 +7,12 @@ struct DemoCase: Sendable {
     let name: String
     /// One line for `ops demo --list`.
     let summary: String
-    /// The document (file in the specification) and section reproduced,
-    /// for the header.
-    let source: String
+    /// What the demo reproduces: the source documents and their parts.
+    let sources: [DemoCitation]
+    /// One sentence: what the demo shows.
+    let shows: String
+    /// One sentence: what to look for in its output.
+    let lookFor: String
     /// Runs the example, recording what happens and checking it in `log`.
     let run: @Sendable (DemoLog) -> Void
 }
@@ -42,7 +45,12 @@ enum DemoCatalog {
 struct Demo: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         abstract: "Run the documents' examples and check their outcomes.",
-        discussion: "Without a name, runs every demo in order. `ops demo --list` shows the names."
+        discussion: """
+            Without a name, runs every demo in order. `ops demo --list` shows the names, one line each. \
+            Each demo names the document it reproduces, says what it shows and what to look for, \
+            then prints what happens and checks it. Exits with status 1 if a check fails, 3 if a \
+            demo hangs, 64 on a bad argument.
+            """
     )
 
     @Flag(name: .long, help: "List the demos with a one-line description.")
@@ -79,7 +87,7 @@ struct Demo: AsyncParsableCommand {
         if list {
             let width = DemoCatalog.all.map(\.name.count).max() ?? 0
             for demo in DemoCatalog.all {
-                Console.line(demo.name + String(repeating: " ", count: width - demo.name.count + 2) + demo.summary)
+                Console.line(TextLayout.pad(demo.name, to: width + 2) + demo.summary)
             }
             return 0
         }
@@ -113,9 +121,17 @@ struct Demo: AsyncParsableCommand {
         return 1
     }
 
+    /// The demo's name, its sources, and two lines: what it shows and what
+    /// to look for in its output.
     private static func printHeader(_ demo: DemoCase) {
         let title = "== \(demo.name) "
         Console.line(title + String(repeating: "=", count: max(4, 78 - title.count)))
-        Console.line("   Reproduces " + demo.source)
+        var lines: [String] = []
+        for citation in demo.sources {
+            lines += TextLayout.wrap(citation.text, first: "   Source:   ", rest: "             ")
+        }
+        lines += TextLayout.wrap(demo.shows, first: "   Shows:    ", rest: "             ")
+        lines += TextLayout.wrap(demo.lookFor, first: "   Look for: ", rest: "             ")
+        Console.line(lines.joined(separator: "\n"))
     }
 }

@@ -117,7 +117,7 @@ enum DemoThread {
 }
 
 /// A long-lived thread that runs submitted blocks one at a time, in order:
-/// the counterpart of document 004's `threadForMyOperation`, a thread kept
+/// the counterpart of the concurrent-operation article's `threadForMyOperation`, a thread kept
 /// alive by its run loop and fed with `performSelector:onThread:`.
 final class SerialThread: Sendable {
     // Sendable: `pending` is a Mutex; `available` is a semaphore.

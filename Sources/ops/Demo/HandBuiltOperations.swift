@@ -6,7 +6,7 @@ import Synchronization
 // every change with willChangeValue(forKey:) / didChangeValue(forKey:). The
 // library learns of their progress only through those announcements.
 
-/// Document 001's `MLAsyncOperation`: an operation that stays executing after
+/// The async-operation article's `MLAsyncOperation`: an operation that stays executing after
 /// `start()` returns, until its work calls ``finishOperation()`` from a
 /// callback. The article's `willSet`/`didSet` pairs become the explicit
 /// announcements in ``setExecuting(_:)`` and ``setFinished(_:)``.
@@ -64,10 +64,10 @@ final class MLAsyncOperation: Operation, @unchecked Sendable {
     }
 }
 
-/// Document 004's `MyOperation`: a concurrent operation with its own state
+/// The concurrent-operation article's `MyOperation`: a concurrent operation with its own state
 /// enum and cancelled flag, overriding `isReady`, `isExecuting`,
 /// `isFinished`, `isCancelled` and `cancel()`, whose action runs on one
-/// shared thread of its own (004's `threadForMyOperation`, here
+/// shared thread of its own (the concurrent-operation article's `threadForMyOperation`, here
 /// `MyOp.Thread`: thread names keep 15 bytes).
 ///
 /// Two changes from the article, both fixes: `isReady` also asks
@@ -79,7 +79,7 @@ final class MyOperation: Operation, @unchecked Sendable {
     // @unchecked Sendable: `storage` (state and cancelled flag) is guarded by
     // its Mutex; `label`, `log` and `action` are immutable.
 
-    /// 004's `MyOperationState`.
+    /// The concurrent-operation article's `MyOperationState`.
     enum State {
         case ready
         case executing
@@ -99,7 +99,7 @@ final class MyOperation: Operation, @unchecked Sendable {
     private let log: DemoLog
     private let action: @Sendable () -> Void
 
-    /// 004's `initWithAction:`.
+    /// The concurrent-operation article's `initWithAction:`.
     init(_ label: String, log: DemoLog, action: @escaping @Sendable () -> Void) {
         self.label = label
         self.log = log

@@ -45,8 +45,10 @@ final class MyCustomClass: Sendable {
 enum InvocationDemo {
     static let demo = DemoCase(
         name: "invocation",
-        summary: "002 Listing 2-1: InvocationOperation with unapplied method references; result; cancelled result",
-        source: "002_3bc8448bbd9b168b.txt, Creating an NSInvocationOperation Object (Listing 2-1)",
+        summary: "InvocationOperation calls an existing method and keeps its result",
+        sources: [DemoCitation(.appleOperationQueues, "Creating an NSInvocationOperation Object (Listing 2-1)")],
+        shows: "An InvocationOperation runs an object's method on a worker and keeps what it returns.",
+        lookFor: "\"result = 17\" on [caller]; a cancelled invocation's result is reported as a misuse.",
         run: run
     )
 

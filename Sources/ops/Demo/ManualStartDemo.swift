@@ -6,8 +6,10 @@ import Synchronization
 enum ManualStartDemo {
     static let demo = DemoCase(
         name: "manual-start",
-        summary: "002 Listing 2-8: performOperation runs ready operations by hand, concurrent ones on a new thread",
-        source: "002_3bc8448bbd9b168b.txt, Executing Operations Manually (Listing 2-8)",
+        summary: "starting operations by hand: ready ones only, concurrent ones on a new thread",
+        sources: [DemoCitation(.appleOperationQueues, "Executing Operations Manually (Listing 2-8)")],
+        shows: "Running without a queue: ready operations only, concurrent ones on their own thread.",
+        lookFor: "\"performOperation(dependent) = NO\" until its dependency ran; start() anyway: a misuse.",
         run: run
     )
 

@@ -20,13 +20,15 @@ final class ConcurrencyMeter: Sendable {
     var peak: Int { counts.withLock { $0.peak } }
 }
 
-/// `serial-queue`: document 003's queue with maxConcurrentOperationCount = 1
+/// `serial-queue`: the state-sequences article's queue with maxConcurrentOperationCount = 1
 /// (operation1…3, a completion block on operation2), then the same with 2.
 enum SerialQueueDemo {
     static let demo = DemoCase(
         name: "serial-queue",
-        summary: "003: maxConcurrentOperationCount = 1 runs operation1..3 one at a time, in order; then = 2",
-        source: "003_ddbcdc343759a351.txt, NSOperationQueue: maxConcurrentOperationCount = 1, then 2 (operation1..3); the simple custom SAMOperation",
+        summary: "width 1 runs operation1..3 one at a time, in order; width 2, two at a time",
+        sources: [DemoCitation(.stateSequencesArticle, "NSOperationQueue: maxConcurrentOperationCount = 1, then 2 (operation1..3); the simple custom SAMOperation")],
+        shows: "A queue of width 1 runs operations one by one in the order added; width 2, two at once.",
+        lookFor: "Width 1: each \"isFinished NO→YES\" before the next start; width 2: two overlap.",
         run: run
     )
 
@@ -108,7 +110,7 @@ enum SerialQueueDemo {
                   "each operation and the completion block ran once")
     }
 
-    /// 003's simple custom operation (`SAMOperation`, only `main`), and what
+    /// The state-sequences article's simple custom operation (`SAMOperation`, only `main`), and what
     /// `waitUntilAllOperationsAreFinished` does to the caller's order.
     private static func waitingCaller(_ log: DemoLog) {
         log.section("3. a simple custom operation; the caller waits with waitUntilAllOperationsAreFinished")
@@ -128,7 +130,7 @@ enum SerialQueueDemo {
     }
 }
 
-/// Document 003's `SAMOperation`: a non-concurrent operation that only
+/// The state-sequences article's `SAMOperation`: a non-concurrent operation that only
 /// overrides `main()` and checks for cancellation first.
 final class SAMOperation: Operation, @unchecked Sendable {
     // @unchecked Sendable: adds only `log`, which is immutable.

@@ -3,7 +3,7 @@ import Synchronization
 
 /// Observes the four lifecycle keys of operations — `isReady`,
 /// `isCancelled`, `isExecuting`, `isFinished` — with `[.old, .new]`, as
-/// document 003's `addObserverForOperation:keyPathes:` does, and records each
+/// the state-sequences article's `addObserverForOperation:keyPathes:` does, and records each
 /// change in a ``DemoLog`` as `name key OLD→NEW`.
 ///
 /// Keep the recorder alive while the operations run; ``stop()`` ends the
@@ -11,14 +11,14 @@ import Synchronization
 final class StateRecorder: Sendable {
     // Sendable: `tokens` is a Mutex; `log` is Sendable.
     private let log: DemoLog
-    private let tokens = Mutex<[Observation]>([])
+    private let tokens = Mutex<[KeyValueObservation]>([])
 
     init(log: DemoLog) {
         self.log = log
     }
 
     /// Names the operation `name` if it has no name yet, prints its four
-    /// values (003's `logOperation:keyPathes:`) unless told not to, then
+    /// values (the state-sequences article's `logOperation:keyPathes:`) unless told not to, then
     /// observes them. Call it before the operation is queued or started. Returns the four values
     /// (isReady, isCancelled, isExecuting, isFinished) read before observing.
     @discardableResult
@@ -32,7 +32,7 @@ final class StateRecorder: Sendable {
             log.note("\(name) isFinished = \(yesNo(initial[3]))")
         }
         let log = self.log
-        let observed: [Observation] = [
+        let observed: [KeyValueObservation] = [
             operation.observe(\.isReady, options: [.old, .new]) { _, change in
                 log.stateChange("\(name) isReady \(yesNo(change.oldValue))→\(yesNo(change.newValue))")
             },
@@ -63,7 +63,7 @@ final class StateRecorder: Sendable {
 
     /// Ends every observation.
     func stop() {
-        let ended = tokens.withLock { tokens -> [Observation] in
+        let ended = tokens.withLock { tokens -> [KeyValueObservation] in
             defer { tokens = [] }
             return tokens
         }

@@ -1,6 +1,6 @@
 import Operations
 
-/// Document 003's `TestBlockOperation`: a block operation that reports when
+/// The state-sequences article's `TestBlockOperation`: a block operation that reports when
 /// `start()`, `main()` and `cancel()` are entered and left, so that the state
 /// changes can be placed among them.
 final class TestBlockOperation: BlockOperation, @unchecked Sendable {
@@ -36,13 +36,15 @@ final class TestBlockOperation: BlockOperation, @unchecked Sendable {
     }
 }
 
-/// `state-sequences`: document 003's four recorded sequences of
+/// `state-sequences`: the state-sequences article's four recorded sequences of
 /// isReady / isCancelled / isExecuting / isFinished.
 enum StateSequencesDemo {
     static let demo = DemoCase(
         name: "state-sequences",
-        summary: "003: KVO sequences for start+cancel, cancel+start, a queue, a queue with a dependency",
-        source: "003_ddbcdc343759a351.txt, Operation操作流程: start then cancel; cancel then start; a queue without, then with, a dependency",
+        summary: "state changes announced for start+cancel, cancel+start, queues, a dependency",
+        sources: [DemoCitation(.stateSequencesArticle, "Operation操作流程 (the operation's course): start then cancel; cancel then start; a queue without, then with, a dependency")],
+        shows: "Which of isReady/isCancelled/isExecuting/isFinished change, and in which order.",
+        lookFor: "Cancel after start changes nothing; cancel before start: isReady YES→YES, no executing.",
         run: run
     )
 
@@ -55,7 +57,7 @@ enum StateSequencesDemo {
         queueWithDependency(log)
     }
 
-    /// 003 "先執行start，後執行cancel": the operation runs; the late cancel
+    /// The state-sequences article, "先執行start，後執行cancel": the operation runs; the late cancel
     /// changes nothing.
     private static func startThenCancel(_ log: DemoLog) {
         log.section("1. start, then cancel")
@@ -69,8 +71,9 @@ enum StateSequencesDemo {
         op.start()
         op.cancel()
         recorder.stop()
-        log.say("     (Foundation runs the completion block on another thread, so 003 prints \"All task finished.\"\n" +
-                "      at a moment that varies; this library runs it on the finishing thread, after isFinished.)")
+        log.say("     (Foundation runs the completion block on another thread, so the article prints\n" +
+                "      \"All task finished.\" at a moment that varies; this library runs it on the finishing\n" +
+                "      thread, after isFinished.)")
 
         recorder.checkFresh(initial, as: "op")
         log.checkStateChanges(of: "op", equal: ran, "state changes: isExecuting NO→YES, then YES→NO and isFinished NO→YES; nothing on cancel")
@@ -86,7 +89,7 @@ enum StateSequencesDemo {
                   detail: "isCancelled=\(yesNo(op.isCancelled)) isFinished=\(yesNo(op.isFinished))")
     }
 
-    /// 003 "先執行cancel，後執行start": cancel makes it ready (YES→YES) and
+    /// The state-sequences article, "先執行cancel，後執行start": cancel makes it ready (YES→YES) and
     /// start finishes it without calling main().
     private static func cancelThenStart(_ log: DemoLog) {
         log.section("2. cancel, then start")
@@ -118,7 +121,7 @@ enum StateSequencesDemo {
                   detail: "it ran \(log.count(of: "All task finished.")) times")
     }
 
-    /// 003 "NSOperationQueue 但是沒有依賴": bp1 and bp2 run at the same time.
+    /// The state-sequences article, "NSOperationQueue 但是沒有依賴": bp1 and bp2 run at the same time.
     private static func queueWithoutDependency(_ log: DemoLog) {
         log.section("3. a queue, no dependency: bp1 and bp2 run at the same time")
         let recorder = StateRecorder(log: log)
@@ -163,7 +166,7 @@ enum StateSequencesDemo {
         log.checkThreads(of: ["enter bp1", "enter bp2"], startWith: "ops.worker.", "bp1 and bp2 ran on the library's worker threads")
     }
 
-    /// 003 "NSOperationQueue 但是有依賴": bp1 depends on bp2, so bp2 runs first
+    /// The state-sequences article, "NSOperationQueue 但是有依賴": bp1 depends on bp2, so bp2 runs first
     /// although bp1 was added first.
     private static func queueWithDependency(_ log: DemoLog) {
         log.section("4. a queue, bp1 depends on bp2")
@@ -189,14 +192,14 @@ enum StateSequencesDemo {
         log.checkOrder(["bp1 before addDependency:", "bp1 isReady YES→NO", "bp1 after addDependency:"],
                        "addDependency: turned bp1's isReady to NO")
         log.checkOrder(
-            ["leave bp2", "bp2 after main", "bp2 isFinished NO→YES", "bp1 isReady NO→YES", "bp2 complete", "bp2 after start"],
-            "bp1 became ready after bp2's main() and before bp2's start() returned; bp2's completion block after that"
+            ["leave bp2", "bp2 after main", "bp1 isReady NO→YES", "bp2 isFinished NO→YES", "bp2 complete", "bp2 after start"],
+            "as in the article, bp1 became ready after bp2's main() and before bp2's isFinished observers; bp2's completion block after that"
         )
         log.checkOrder(["bp1 isReady NO→YES", "bp1 before start", "bp1 isExecuting NO→YES", "enter bp1", "bp1 complete"],
                        "bp1 started only once ready")
     }
 
-    /// 003's bp1/bp2: enter, (meet the other), leave; a completion block.
+    /// The state-sequences article's bp1/bp2: enter, (meet the other), leave; a completion block.
     private static func blockOperation(_ name: String, log: DemoLog, meeting: Rendezvous?) -> TestBlockOperation {
         let operation = TestBlockOperation(name, log: log) {
             log.note("enter \(name)")

@@ -1,13 +1,15 @@
 import Operations
 import Synchronization
 
-/// `suspended-queue`: document 004's suspended queue with
+/// `suspended-queue`: the concurrent-operation article's suspended queue with
 /// maxConcurrentOperationCount = 5, no.3 depending on no.2, then resumed.
 enum SuspendedQueueDemo {
     static let demo = DemoCase(
         name: "suspended-queue",
-        summary: "004: a suspended queue (max 5) starts nothing; resumed, no.1 and no.2 run together, no.3 after no.2",
-        source: "004_44ab66dbe4ae2dbf.txt, Operation在Queue的用法: runOperationsatCustomQueue, a suspended queue (max 5) resumed",
+        summary: "a suspended queue starts nothing; resumed, no.1 and no.2 overlap, then no.3",
+        sources: [DemoCitation(.concurrentOperationArticle, "Operation在Queue的用法 (operations in a queue): runOperationsatCustomQueue, a suspended queue (max 5) resumed")],
+        shows: "A suspended queue holds its operations; resumed, width and dependencies set the order.",
+        lookFor: "No \"isExecuting NO→YES\" before \"queue.isSuspended = false\"; no.3 starts after no.2.",
         run: run
     )
 
@@ -101,8 +103,10 @@ enum SuspendedQueueDemo {
         if overlap {
             log.check(met.withLock { $0 } == 2, "no.1 and no.2 ran at the same time", detail: "they did not meet within 5 s")
         }
-        log.checkOrder([twoAwake, "no.2 isFinished NO→YES", "no.3 isReady NO→YES", three],
+        log.checkOrder([twoAwake, "no.3 isReady NO→YES", three],
                        "no.3 started only after no.2 finished")
+        log.checkOrder(["no.3 isReady NO→YES", "no.2 isFinished NO→YES"],
+                       "no.2's finish released no.3 before its isFinished observers were told")
         let ran = ["isExecuting NO→YES", "isExecuting YES→NO", "isFinished NO→YES"]
         log.checkStateChanges(of: "no.1", equal: ran, "no.1: executing, then finished")
         log.checkStateChanges(of: "no.2", equal: ran, "no.2: executing, then finished")

@@ -1,7 +1,7 @@
 import Operations
 import Synchronization
 
-/// Document 003's ticket office: 50 tickets sold by three windows, each a
+/// The state-sequences article's ticket office: 50 tickets sold by three windows, each a
 /// serial queue, under one lock (the article's `NSLock`; here a `Mutex`).
 final class TicketOffice: Sendable {
     // Sendable: `state` is a Mutex.
@@ -25,7 +25,7 @@ final class TicketOffice: Sendable {
         self.log = log
     }
 
-    /// 003's `saleTicketNotSafe:`, made safe by the lock: sell until none are left.
+    /// The state-sequences article's `saleTicketNotSafe:`, made safe by the lock: sell until none are left.
     func sell(window: String) {
         while true {
             let soldOut = state.withLock { state -> Bool in
@@ -48,13 +48,15 @@ final class TicketOffice: Sendable {
     var soldOutNotices: [String: Int] { state.withLock { $0.soldOutNotices } }
 }
 
-/// `ticket-sale`: document 003's three serial queues selling 50 tickets
+/// `ticket-sale`: the state-sequences article's three serial queues selling 50 tickets
 /// under a lock.
 enum TicketSaleDemo {
     static let demo = DemoCase(
         name: "ticket-sale",
-        summary: "003: three serial queues sell 50 tickets under a lock; each sold once, never below zero",
-        source: "003_ddbcdc343759a351.txt, 線程安全和線程同步: three windows (serial queues) sell 50 train tickets under a lock",
+        summary: "three queues sell 50 tickets under a lock: each sold once, never below zero",
+        sources: [DemoCitation(.stateSequencesArticle, "線程安全和線程同步 (thread safety and synchronisation): three windows (serial queues) sell 50 train tickets under a lock")],
+        shows: "Operations on three queues, sharing a counter under a lock, sell each ticket once.",
+        lookFor: "\"tickets left\" counts 49 down to 0 without repeat or gap, whichever window sells.",
         run: run
     )
 

@@ -11,7 +11,7 @@ struct Soak: ParsableCommand {
             and checks the invariants (every operation finishes once, dependencies, barriers, \
             width limits, suspension, completion blocks, draining, bounded waits). Rounds use \
             successive seeds. A failing round prints its seed and the command that reruns it. \
-            Exits non-zero on any violation.
+            Exits with status 1 on any violation, 64 on a bad argument.
 
             Examples:
               ops soak --minutes 2
@@ -19,22 +19,26 @@ struct Soak: ParsableCommand {
             """
     )
 
-    @Option(help: "Minutes to keep starting rounds for (default 1 when --rounds is not given).")
+    // Numeric options parse `.unconditional`ly: the next word is the value
+    // even if it starts with "-", so that `--minutes -1` reaches `validate()`
+    // and is refused with a message, instead of "Missing value".
+
+    @Option(parsing: .unconditional, help: "Minutes to keep starting rounds for (default 1 when --rounds is not given); the first round always runs.")
     var minutes: Double?
 
-    @Option(help: "Seed of the first round, decimal or 0x-hexadecimal (default: random).")
+    @Option(parsing: .unconditional, help: "Seed of the first round, decimal or 0x-hexadecimal (default: random).")
     var seed: String?
 
-    @Option(help: "Stop after this many rounds.")
+    @Option(parsing: .unconditional, help: "Stop after this many rounds.")
     var rounds: Int?
 
-    @Option(help: "Operations generated per round.")
+    @Option(parsing: .unconditional, help: "Operations generated per round.")
     var operationsPerRound: Int = 100_000
 
-    @Option(help: "Queues per round.")
+    @Option(parsing: .unconditional, help: "Queues per round.")
     var queues: Int = 5
 
-    @Option(help: "Bound, in seconds, on every wait of a round (a wait that reaches it is a violation).")
+    @Option(parsing: .unconditional, help: "Bound, in seconds, on every wait of a round (a wait that reaches it is a violation).")
     var waitTimeout: Int = 60
 
     @Flag(help: "Generate no barrier blocks (for hunting other bugs while a barrier bug is open).")
@@ -46,7 +50,7 @@ struct Soak: ParsableCommand {
     @Option(help: ArgumentHelp("Inject a deliberate fault into the engine, to see the checks fire.", visibility: .hidden))
     var injectFault: String?
 
-    @Option(help: ArgumentHelp("Print the plan of the first round around this operation, and exit.", visibility: .hidden))
+    @Option(parsing: .unconditional, help: ArgumentHelp("Print the plan of the first round around this operation, and exit.", visibility: .hidden))
     var describeOperation: Int?
 
     var fault: StressConfiguration.InjectedFault? {
@@ -54,17 +58,33 @@ struct Soak: ParsableCommand {
         return StressConfiguration.InjectedFault.allCases.first { String(describing: $0) == injectFault }
     }
 
+    /// The longest soak `--minutes` accepts: a year.
+    static let maximumMinutes = 525_600.0
+    /// The longest `--wait-timeout` accepts: a day.
+    static let maximumWaitSeconds = 86_400
+
     func validate() throws {
-        if let minutes, minutes <= 0 { throw ValidationError("--minutes must be positive.") }
-        if let rounds, rounds <= 0 { throw ValidationError("--rounds must be positive.") }
-        if operationsPerRound <= 0 { throw ValidationError("--operations-per-round must be positive.") }
-        if queues <= 0 { throw ValidationError("--queues must be positive.") }
-        if waitTimeout <= 0 { throw ValidationError("--wait-timeout must be positive.") }
+        if let minutes, !(minutes > 0 && minutes <= Self.maximumMinutes) {
+            throw ValidationError("--minutes must be a number of minutes above 0 and at most \(Int(Self.maximumMinutes)) (a year); got \(minutes).")
+        }
+        if let rounds, rounds <= 0 { throw ValidationError("--rounds must be at least 1; got \(rounds).") }
+        if operationsPerRound <= 0 {
+            throw ValidationError("--operations-per-round must be at least 1; got \(operationsPerRound).")
+        }
+        if queues <= 0 { throw ValidationError("--queues must be at least 1; got \(queues).") }
+        if !(1...Self.maximumWaitSeconds).contains(waitTimeout) {
+            throw ValidationError("--wait-timeout must be between 1 and \(Self.maximumWaitSeconds) seconds (a day); got \(waitTimeout).")
+        }
+        if let describeOperation, describeOperation < 0 {
+            throw ValidationError("--describe-operation must be an operation index, 0 or more; got \(describeOperation).")
+        }
         if fault == nil {
             let names = StressConfiguration.InjectedFault.allCases.map { String(describing: $0) }
             throw ValidationError("--inject-fault must be one of \(names.joined(separator: ", ")).")
         }
-        if let seed, Self.parseSeed(seed) == nil { throw ValidationError("--seed must be a decimal or 0x-hexadecimal 64-bit number.") }
+        if let seed, Self.parseSeed(seed) == nil {
+            throw ValidationError("--seed must be a decimal or 0x-hexadecimal number from 0 to 2^64-1; got '\(seed)'.")
+        }
     }
 
     static func parseSeed(_ text: String) -> UInt64? {
@@ -93,7 +113,8 @@ struct Soak: ParsableCommand {
         var violations = 0
         var failedSeeds: [UInt64] = []
         while roundsRun < roundLimit {
-            if let budget, clock.now - started >= budget { break }
+            // The first round always runs, however short the budget.
+            if let budget, roundsRun > 0, clock.now - started >= budget { break }
             let roundSeed = firstSeed &+ UInt64(roundsRun)
             let configuration = StressConfiguration(
                 seed: roundSeed,

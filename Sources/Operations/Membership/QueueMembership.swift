@@ -1,0 +1,90 @@
+// The membership protocol: the only calls an operation makes to the queue
+// that owns it. An operation reports that its readiness may have changed,
+// that its priority changed, that it finished, and that its retirement is
+// done; the queue never writes the operation's own state.
+//
+// Lifetimes: an operation refers to its queue unretained (`membership`). The
+// queue keeps itself alive (`retainedSelf`) while it holds operations or a
+// retirement it counted is in flight, which covers every call here:
+// - `memberFinished` is made while the operation is still a member;
+// - `memberRetired` is made while the counted retirement is in flight;
+// - `memberReadinessMayHaveChanged` and `memberPriorityChanged` are made
+//   through a strong reference taken while the operation was a member
+//   (`Operation.queueForNews`), or by the queue's own drain loop.
+// Each of these calls releases the queue's self-retain, if it drops it, as
+// its very last action.
+
+extension OperationQueue {
+    /// The operation's readiness may have changed (a dependency finished or
+    /// was removed, it was cancelled, or its class announced `isReady` or
+    /// `isCancelled`): read it as the class reports it and move the operation
+    /// into or out of the ready lanes.
+    final func memberReadinessMayHaveChanged(_ operation: Operation) {
+        let custom = operation.overrides(.isReady)
+        guard custom else {
+            lock.lock()
+            let current = operation.loadState()
+            state.apply(operation, ready: current.isBaseReady, cancelled: current.isCancelled)
+            let effects = takeEffectsLocked()
+            lock.unlock()
+            effects.perform(on: self)
+            return
+        }
+        // Readiness is user code: read it outside the lock, and apply only
+        // the newest evaluation (another notification may overtake this one).
+        let epoch = lock.withLock { () -> UInt32? in
+            guard operation.queueLink.has(QueueLink.Flags.linked),
+                  !operation.queueLink.has(QueueLink.Flags.dispatched) else { return nil }
+            operation.queueLink.readinessEpoch &+= 1
+            return operation.queueLink.readinessEpoch
+        }
+        guard let epoch else { return }
+        let ready = operation.reportedReady
+        // The cheap path for cancelled operations follows the base state: only
+        // then does the base `start()` skip the body.
+        let cancelled = operation.loadState().isCancelled
+        lock.lock()
+        if operation.queueLink.readinessEpoch == epoch {
+            state.apply(operation, ready: ready, cancelled: cancelled)
+        }
+        let effects = takeEffectsLocked()
+        lock.unlock()
+        effects.perform(on: self)
+    }
+
+    /// A queued operation's priority changed.
+    final func memberPriorityChanged(_ operation: Operation) {
+        lock.withLock { state.priorityChanged(operation) }
+    }
+
+    /// The operation finished (step 3 of the retirement path): it leaves the
+    /// queue, its slot is freed, barriers advance, and more operations may
+    /// start. `retirementPending` counts its observers and completion block
+    /// as in flight until `memberRetired()`.
+    final func memberFinished(_ operation: Operation, retirementPending: Bool) {
+        let isObserved = observed.load(ordering: .relaxed)
+        if isObserved { notifyWillChange(Self.contentKeys) }
+        lock.lock()
+        let released = state.unlink(operation, retirementPending: retirementPending)
+        emitLocked(.finished(operation))
+        let effects = takeEffectsLocked()
+        lock.unlock()
+        // The caller still holds the operation: this drops only the list's
+        // reference.
+        _ = consume released
+        if isObserved { notifyDidChange(Self.contentKeys) }
+        effects.perform(on: self)
+    }
+
+    /// A retirement counted by `memberFinished` is done (step 6).
+    final func memberRetired() {
+        lock.lock()
+        state.retirementDone()
+        let effects = takeEffectsLocked()
+        lock.unlock()
+        effects.perform(on: self)
+    }
+
+    /// The keys that change when operations are added or leave.
+    static let contentKeys = ["operations", "operationCount", "progress"]
+}

@@ -1,0 +1,91 @@
+/// Dependency cycles: found for diagnostics and, when
+/// `OperationMisuse.reportsDependencyCycles` is on, when an edge closes one.
+///
+/// As in Foundation, a cycle is not refused by default: its operations
+/// never become ready, and cancelling any of them breaks it (a cancelled
+/// operation is ready whatever its dependencies). These searches read the
+/// graph one operation at a time, under each operation's own lock; while
+/// other threads change edges they see a recent state, not a snapshot.
+enum DependencyGraph {
+    /// The cycle that the edge `dependent → dependency` would close (a path
+    /// from `dependency` to `dependent` along unfinished dependencies), as
+    /// `[dependent, dependency, …, dependent]`, or nil.
+    ///
+    /// - Complexity: O(V + E) over the unfinished operations reachable from
+    ///   `dependency`.
+    static func cycle(closedBy dependent: Operation, dependingOn dependency: Operation) -> [Operation]? {
+        if dependency === dependent { return [dependent, dependent] }
+        if dependent.loadState().isFinished || dependency.loadState().isFinished { return nil }
+        var parent: [ObjectIdentifier: Operation] = [ObjectIdentifier(dependency): dependency]
+        var stack = [dependency]
+        while let node = stack.popLast() {
+            for next in node.unfinishedDependencies() where parent[ObjectIdentifier(next)] == nil {
+                parent[ObjectIdentifier(next)] = node
+                if next === dependent {
+                    var path = [dependent]
+                    var current = node
+                    while current !== dependency {
+                        path.append(current)
+                        current = parent[ObjectIdentifier(current)] ?? dependency
+                    }
+                    path.append(dependency)
+                    return [dependent] + path.reversed()
+                }
+                stack.append(next)
+            }
+        }
+        return nil
+    }
+
+    /// The dependency cycles among the unfinished operations reachable from
+    /// `roots`, each as `[a, b, …, a]` where each depends on the next; at
+    /// most `limit` of them.
+    ///
+    /// - Complexity: O(V + E), iterative (no recursion on deep graphs).
+    static func cycles(reachableFrom roots: [Operation], limit: Int = 16) -> [[Operation]] {
+        enum Color { case active, done }
+        var color: [ObjectIdentifier: Color] = [:]
+        var found: [[Operation]] = []
+        var seenCycles: Set<Set<ObjectIdentifier>> = []
+        for root in roots where color[ObjectIdentifier(root)] == nil && !root.loadState().isFinished {
+            var stack: [(Operation, [Operation])] = [(root, root.unfinishedDependencies())]
+            color[ObjectIdentifier(root)] = .active
+            while !stack.isEmpty {
+                guard let next = stack[stack.count - 1].1.popLast() else {
+                    color[ObjectIdentifier(stack.removeLast().0)] = .done
+                    continue
+                }
+                switch color[ObjectIdentifier(next)] {
+                case .active?:
+                    let start = stack.firstIndex { $0.0 === next } ?? 0
+                    let cycle = stack[start...].map(\.0) + [next]
+                    if seenCycles.insert(Set(cycle.map(ObjectIdentifier.init))).inserted {
+                        found.append(cycle)
+                        if found.count >= limit { return found }
+                    }
+                case .done?:
+                    continue
+                case nil:
+                    color[ObjectIdentifier(next)] = .active
+                    stack.append((next, next.unfinishedDependencies()))
+                }
+            }
+        }
+        return found
+    }
+
+    /// "a → b → a", where each arrow reads "depends on".
+    static func describe(_ path: [Operation]) -> String {
+        path.map(\.misuseSubject).joined(separator: " → ")
+    }
+}
+
+extension Operation {
+    /// Unfinished operations this one waits for (a cancelled operation waits
+    /// for none).
+    final func unfinishedDependencies() -> [Operation] {
+        let (list, cancelled) = withStateLock { state in (storedDependencies, state.isCancelled) }
+        guard !cancelled else { return [] }
+        return list.array.filter { !$0.loadState().isFinished }
+    }
+}

@@ -1,0 +1,225 @@
+// Dependency edges: strong dependencies, unretained dependents, and the one
+// rule that keeps the unretained side from dangling.
+//
+// An edge `dependent → dependency` is stored twice:
+// - in the dependent's `storedDependencies`, retained (as in Foundation, an
+//   operation keeps its dependencies alive), for as long as the edge exists;
+// - in the dependency's `storedDependents`, unretained, only while the edge
+//   *counts*: the dependency has not finished and the dependent has not
+//   started. The dependent's unfinished-dependency count equals the number
+//   of dependents lists that hold it.
+//
+// The rule: a dependent leaves every dependents list that holds it, under the
+// list owner's lock, before its memory can go away — when it finishes (step 2
+// of the retirement path, which comes before its queue lets go of it), when
+// a dependency is removed, and in `deinit` (for operations in no queue).
+// Therefore, while a dependency holds its own lock, every entry of its list
+// points to valid memory; `Operation.retainDependent` turns an entry into a
+// strong reference (or nil, for one being deallocated).
+
+extension Operation {
+    // MARK: Adding and removing
+
+    final func performAddDependency(_ dependency: Operation) {
+        if OperationMisuse.reportsDependencyCycles, let cycle = DependencyGraph.cycle(closedBy: self, dependingOn: dependency) {
+            OperationMisuse.report(
+                .dependencyCycle,
+                subject: misuseSubject,
+                "was given a dependency that closes a cycle: \(DependencyGraph.describe(cycle)). None of these operations could start unless one is cancelled; the dependency was not added (OperationMisuse.reportsDependencyCycles is on)."
+            )
+            return
+        }
+        // Observers are told only about an edge that will be added, and every
+        // will-change is balanced by a did-change for the same keys.
+        let observed = loadState().isObserved
+        var keys: [String] = []
+        if observed {
+            guard !withStateLock({ _ in storedDependencies.contains(dependency) }) else { return }
+            let state = loadState()
+            let mayBecomeUnready = state.isBaseReady && state.countsDependencies && !dependency.loadState().isFinished
+            keys = mayBecomeUnready ? ["dependencies", "isReady"] : ["dependencies"]
+            notifyWillChange(keys)
+        }
+        if dependency === self {
+            // A self-dependency can never finish first: it counts until the
+            // operation is cancelled, as in Foundation. It is not in its own
+            // dependents list, and is dropped when the operation finishes (it
+            // would otherwise retain itself forever).
+            withStateLock { state in
+                guard !storedDependencies.contains(self) else { return }
+                storedDependencies.append(self)
+                if state.addUnfinishedDependency() { state.hasSelfDependency = true }
+            }
+            if !keys.isEmpty { notifyDidChange(keys) }
+            return
+        }
+        Operation.withStateLocks(self, dependency) { state, dependencyState in
+            guard !isDuplicateLocked(dependency, state: state, dependencyState: dependencyState) else { return }
+            storedDependencies.append(dependency)
+            if !dependencyState.isFinished, state.addUnfinishedDependency() {
+                dependency.storedDependents.append(self)
+            }
+        }
+        if !keys.isEmpty { notifyDidChange(keys) }
+    }
+
+    final func performRemoveDependency(_ dependency: Operation) {
+        let observed = loadState().isObserved
+        var keys: [String] = []
+        if observed {
+            guard withStateLock({ _ in storedDependencies.contains(dependency) }) else { return }
+            let state = loadState()
+            let mayBecomeReady = !state.isBaseReady && state.countsDependencies && state.unfinishedDependencies == 1
+            keys = mayBecomeReady ? ["dependencies", "isReady"] : ["dependencies"]
+            notifyWillChange(keys)
+        }
+        var removed: Operation?
+        var becameReady = false
+        var queue: OperationQueue?
+        func detach(_ state: inout OperationState, counted: Bool) {
+            if counted, state.removeUnfinishedDependency() {
+                becameReady = true
+                queue = queueForNews(state)
+            }
+        }
+        if dependency === self {
+            withStateLock { state in
+                guard storedDependencies.remove(self) else { return }
+                removed = self
+                let counted = state.hasSelfDependency
+                state.hasSelfDependency = false
+                detach(&state, counted: counted)
+            }
+        } else {
+            Operation.withStateLocks(self, dependency) { state, _ in
+                guard storedDependencies.remove(dependency) else { return }
+                removed = dependency
+                detach(&state, counted: dependency.storedDependents.remove(self))
+            }
+        }
+        if !keys.isEmpty { notifyDidChange(keys) }
+        withExtendedLifetime(removed) {}
+        if becameReady { queue?.memberReadinessMayHaveChanged(self) }
+    }
+
+    /// Whether the edge exists, checked on the shorter list. Call with both
+    /// operations' locks held.
+    ///
+    /// - Complexity: O(min(a, b)), where a is this operation's number of
+    ///   dependencies and b the dependency's number of dependents, so that
+    ///   neither fan-in nor fan-out graphs are quadratic to build. While the
+    ///   edge counts, it is in both lists, so either can answer.
+    private func isDuplicateLocked(_ dependency: Operation, state: OperationState, dependencyState: OperationState) -> Bool {
+        let ownCount = storedDependencies.count
+        if ownCount == 0 { return false }
+        if dependency !== self, !dependencyState.isFinished, state.countsDependencies,
+           dependency.storedDependents.count <= ownCount {
+            return dependency.storedDependents.contains(self)
+        }
+        return storedDependencies.contains(dependency)
+    }
+
+    // MARK: A dependency finished
+
+    /// What a finished dependency's release means for its dependent's queue.
+    enum ReadinessNews {
+        /// Nothing to do.
+        case none
+        /// The dependent became ready and belongs to the caller's queue.
+        case readyInCallerQueue
+        /// The dependent became ready and belongs to this queue (retained).
+        case ready(OperationQueue)
+    }
+
+    /// One of this operation's counted dependencies finished.
+    final func dependencyDidFinish(_ dependency: Operation, callerQueue: OperationQueue?) -> ReadinessNews {
+        // A failure policy cancels before the operation can become ready, so
+        // that a queue never starts it.
+        if loadState().hasFailurePolicy { applyFailurePolicy(after: [dependency]) }
+        let snapshot = loadState()
+        let announce = snapshot.isObserved && snapshot.unfinishedDependencies == 1 && !snapshot.isCancelled
+            && snapshot.countsDependencies
+        if announce { notifyWillChange(["isReady"]) }
+        var news = ReadinessNews.none
+        var becameReady = false
+        withStateLock { state in
+            guard state.removeUnfinishedDependency() else { return }
+            becameReady = true
+            guard state.isEnqueued, !state.isRetired, let owner = membership else { return }
+            if let callerQueue, owner.toOpaque() == Unmanaged.passUnretained(callerQueue).toOpaque(),
+               !queueLink.has(QueueLink.Flags.customReadiness) {
+                news = .readyInCallerQueue
+            } else {
+                // The queue is alive while this operation is a member (checked
+                // under this lock); the strong reference keeps it so after.
+                news = .ready(owner.takeUnretainedValue())
+            }
+        }
+        if announce { notifyDidChange(["isReady"]) }
+        if becameReady, TraceRecorder.isActive { TraceRecorder.shared.record(.ready, self, queue: nil) }
+        if becameReady, OperationInstrumentation.isActive { OperationInstrumentation.emit(.ready, self, queue: nil) }
+        return news
+    }
+
+    /// The owning queue, retained, if the operation still belongs to it.
+    /// Call with the lock bit held.
+    final func queueForNews(_ state: OperationState) -> OperationQueue? {
+        guard state.isEnqueued, !state.isRetired else { return nil }
+        return membership?.takeUnretainedValue()
+    }
+
+    // MARK: Release
+
+    /// Called from `deinit`: leaves the dependents lists that still hold this
+    /// operation, then releases the dependency graph behind it iteratively.
+    ///
+    /// A long chain released recursively (each operation freeing its
+    /// dependency in its `deinit`) would overflow the stack at around 100k
+    /// links. Instead, each dependency that only this walk still holds gives
+    /// up its own dependencies to the walk before it is released, so every
+    /// `deinit` along the chain finds nothing left to release.
+    final func releaseEdgesOnDeinit() {
+        guard !storedDependencies.isEmpty || extras != nil else { return }
+        var current = takeEdgesForRelease()
+        var pending: [OperationList] = []
+        while true {
+            switch current {
+            case .empty:
+                guard let next = pending.popLast() else { return }
+                current = next
+            case .one(var operation):
+                current = .empty
+                if isKnownUniquelyReferenced(&operation) {
+                    current = operation.takeEdgesForRelease()
+                }
+            case .many(var list):
+                current = .empty
+                while var operation = list.popLast() {
+                    if isKnownUniquelyReferenced(&operation) {
+                        pending.append(operation.takeEdgesForRelease())
+                    }
+                }
+            }
+        }
+    }
+
+    /// Leaves every dependents list that holds this operation and returns
+    /// its dependencies (and anything else it retains that may be a long
+    /// chain of operations), emptying them. Called only when nothing but the
+    /// caller references the operation.
+    private func takeEdgesForRelease() -> OperationList {
+        let (dependencies, counted) = withStateLock { state -> (OperationList, Bool) in
+            let counted = state.unfinishedDependencies > 0
+            state.clearDependencies()
+            return (storedDependencies.take(), counted)
+        }
+        if counted {
+            dependencies.forEach { dependency in
+                guard dependency !== self else { return }
+                dependency.withStateLock { _ in _ = dependency.storedDependents.remove(self) }
+            }
+        }
+        return dependencies.appending(contentsOf: releasableOperations())
+    }
+
+}

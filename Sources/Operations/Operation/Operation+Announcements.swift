@@ -1,0 +1,70 @@
+// Announcements from subclasses (`willChangeValue(forKey:)` /
+// `didChangeValue(forKey:)`): notifications for observers, and the moments
+// at which the library re-reads the getters it relies on.
+
+extension Operation {
+    final func handleWillChange(_ key: String) {
+        guard loadState().isObserved else { return }
+        let keys = announcedKeys(for: key)
+        withThreadContext { notifyWillChange(keys) }
+    }
+
+    final func handleDidChange(_ key: String) {
+        withThreadContext { didChange(announcedKeys(for: key)) }
+    }
+
+    private func didChange(_ keys: [String]) {
+        let observed = loadState().isObserved
+        // Observers first, except for `isFinished`: its observers are told
+        // after the operation has left its queue (the retirement path).
+        if observed {
+            let others = keys.filter { $0 != "isFinished" }
+            if !others.isEmpty { notifyDidChange(others) }
+        }
+        if keys.contains("isCancelled") { cancellationWasAnnounced() }
+        if keys.contains("isReady") { readinessWasAnnounced() }
+        if keys.contains("isFinished") {
+            finishIfReportedFinished(announcing: observed ? .isFinished : [])?.run()
+        }
+    }
+
+    /// A subclass announced `isReady`: its queue re-reads it.
+    private func readinessWasAnnounced() {
+        let queue = withStateLock { state in queueForNews(state) }
+        queue?.memberReadinessMayHaveChanged(self)
+    }
+
+    /// `key` followed by the lifecycle keys that depend on it (see
+    /// `keyPathsForValuesAffectingValue(forKey:)`).
+    private func announcedKeys(for key: String) -> [String] {
+        let dependents = DependentKeys.keys(affectedBy: key, in: type(of: self))
+        return dependents.isEmpty ? [key] : [key] + dependents
+    }
+}
+
+/// The lifecycle keys that depend on other keys, per class, from
+/// `Operation.keyPathsForValuesAffectingValue(forKey:)`.
+enum DependentKeys {
+    /// The keys whose dependencies are looked up.
+    static let lifecycleKeys = ["isReady", "isExecuting", "isFinished", "isCancelled", "isAsynchronous", "isConcurrent"]
+
+    /// Per class: announced key → lifecycle keys it affects.
+    private static let cache = LockedValue<[ObjectIdentifier: [String: [String]]]>([:])
+
+    /// The lifecycle keys that announcing `key` also announces for `type`.
+    static func keys(affectedBy key: String, in type: Operation.Type) -> [String] {
+        let id = ObjectIdentifier(type)
+        if let known = cache.withLock({ $0[id] }) {
+            return known[key] ?? []
+        }
+        // The class method is user code: asked outside the lock.
+        var inverse: [String: [String]] = [:]
+        for lifecycleKey in lifecycleKeys {
+            for source in type.keyPathsForValuesAffectingValue(forKey: lifecycleKey) where source != lifecycleKey {
+                inverse[source, default: []].append(lifecycleKey)
+            }
+        }
+        cache.withLock { $0[id] = inverse }
+        return inverse[key] ?? []
+    }
+}

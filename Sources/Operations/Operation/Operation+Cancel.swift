@@ -1,0 +1,63 @@
+// Cancellation: the base `cancel()`, cancellation handlers, and the
+// reaction to a subclass announcing `isCancelled`.
+
+extension Operation {
+    /// The base `cancel()`.
+    final func performCancel() {
+        let snapshot = loadState()
+        guard !snapshot.isCancelled, !snapshot.isFinished else { return }
+        // As in Foundation, cancelling an operation that has not started
+        // announces `isReady` too (it is ready now, whatever its dependencies).
+        let keys = snapshot.hasBaseStarted ? ["isCancelled"] : ["isCancelled", "isReady"]
+        let observed = snapshot.isObserved
+        if observed { notifyWillChange(keys) }
+        var handlers: [@Sendable () -> Void] = []
+        var queue: OperationQueue?
+        let changed = withStateLock { state -> Bool in
+            guard state.cancel().changed else { return false }
+            if state.takeCancellationHandling(), let extras {
+                handlers = extras.cancellationHandlers
+                extras.cancellationHandlers = []
+            }
+            queue = queueForNews(state)
+            return true
+        }
+        // The same keys as announced, whatever happened in between.
+        if observed { notifyDidChange(keys) }
+        guard changed else { return }
+        if TraceRecorder.isActive { TraceRecorder.shared.record(.cancelled, self, queue: nil) }
+        if OperationInstrumentation.isActive { OperationInstrumentation.emit(.cancelled, self, queue: queue) }
+        for handler in handlers { handler() }
+        queue?.memberReadinessMayHaveChanged(self)
+    }
+
+    /// A subclass announced `isCancelled`: if its getter reports true, run
+    /// the cancellation handlers (once) and let the queue re-read the
+    /// operation's readiness. The announcement changes no state by itself.
+    final func cancellationWasAnnounced() {
+        guard isCancelled else { return }
+        var handlers: [@Sendable () -> Void] = []
+        let queue = withStateLock { state -> OperationQueue? in
+            if state.takeCancellationHandling(), let extras {
+                handlers = extras.cancellationHandlers
+                extras.cancellationHandlers = []
+            }
+            return queueForNews(state)
+        }
+        for handler in handlers { handler() }
+        queue?.memberReadinessMayHaveChanged(self)
+    }
+
+    /// Registers `handler` to run once when the operation is cancelled, or
+    /// runs it now if it already was. Dropped without running if the
+    /// operation finishes first.
+    final func onCancel(_ handler: @escaping @Sendable () -> Void) {
+        let runNow = withStateLock { state -> Bool in
+            if state.isFinished { return false }
+            if state.isCancelled || state.hasHandledCancellation { return true }
+            extrasWhileLocked().cancellationHandlers.append(handler)
+            return false
+        }
+        if runNow { handler() }
+    }
+}

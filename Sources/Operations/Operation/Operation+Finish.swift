@@ -1,0 +1,247 @@
+// Finishing an operation: the one retirement path.
+//
+// Whatever finished the operation — the base `start()` after `main()`, an
+// asynchronous body, `AsyncOperation.finish()`, or a subclass announcing
+// `isFinished` — the consequences run once, in this order:
+//
+// 1. the operation is marked finished (`beginFinish`), once;
+// 2. it leaves the dependents lists of its unfinished dependencies, and its
+//    own dependents are released (`FinishPlan.releaseDependents`);
+// 3. it leaves its queue (`OperationQueue.memberFinished`, or the drain loop
+//    that started it, under the lock it takes anyway);
+// 4. `isExecuting`/`isFinished` did-change observers run, then the completion
+//    block (`FinishPlan.complete`);
+// 5. it retires: waiters wake;
+// 6. the queue is told the retirement is done (its waiters may wake).
+
+extension Operation {
+    /// The body has ended (the base `start()` after `main()` returned, or an
+    /// asynchronous body): the base state becomes finished, with
+    /// will/did-change announcements. Returns the finish plan if the class
+    /// now reports the operation finished; the caller runs it.
+    ///
+    /// `announced` is true when the caller already sent the will-change.
+    final func bodyDidFinish(wasExecuting: Bool, announced: Bool) -> FinishPlan? {
+        let observed = loadState().isObserved
+        let keys: LifecycleKeys = observed || announced ? (wasExecuting ? [.isExecuting, .isFinished] : .isFinished) : []
+        if observed, !announced { notifyWillChange(keys.names) }
+        withStateLock { _ = $0.finishBody() }
+        return finishIfReportedFinished(announcing: keys)
+    }
+
+    /// Asks the class whether the operation is finished (the getter when it
+    /// is overridden) and, if so, begins finishing. `keys` are the
+    /// did-change announcements owed to observers: delivered by the plan
+    /// after the operation left its queue, or now if it is not finished.
+    final func finishIfReportedFinished(announcing keys: LifecycleKeys) -> FinishPlan? {
+        guard reportedFinished, let plan = beginFinish(announcing: keys) else {
+            if !keys.isEmpty { notifyDidChange(keys.names) }
+            return nil
+        }
+        return plan
+    }
+
+    /// Step 1: marks the operation finished, once, and takes everything the
+    /// later steps need. Returns nil if it had already finished.
+    final func beginFinish(announcing keys: LifecycleKeys) -> FinishPlan? {
+        var plan: FinishPlan?
+        var discarded: [@Sendable () -> Void] = []
+        withStateLock { state in
+            guard state.beginFinishing() else { return }
+            var dependents = OperationList.empty
+            storedDependents.take().forEach { entry in
+                if let dependent = Operation.retainDependent(entry) { dependents.append(dependent) }
+            }
+            // Still registered with unfinished dependencies (it was cancelled,
+            // or its class let it start early): leave their lists before the
+            // queue lets go of this operation (see `DependentList`).
+            let registered = state.unfinishedDependencies > 0 ? storedDependencies : .empty
+            let dependsOnItself = state.hasSelfDependency
+            state.clearDependencies()
+            let completion = extras?.completionBlock
+            extras?.completionBlock = nil
+            if let extras, !extras.cancellationHandlers.isEmpty {
+                discarded = extras.cancellationHandlers
+                extras.cancellationHandlers = []
+            }
+            plan = FinishPlan(
+                operation: self,
+                dependents: dependents,
+                registered: registered,
+                completion: completion,
+                queue: membership,
+                keys: keys
+            )
+            // A self-dependency would keep the operation alive forever; the
+            // plan holds it, so dropping that reference here frees nothing.
+            if dependsOnItself { _ = storedDependencies.remove(self) }
+        }
+        // Cancellation handlers (an async body's task) are useless now; they
+        // may capture user values, so they are released outside the lock.
+        withExtendedLifetime(discarded) {}
+        if plan != nil, TraceRecorder.isActive { TraceRecorder.shared.record(.finished, self, queue: nil) }
+        return plan
+    }
+
+    /// Step 5: marks the operation retired and forgets its queue. Returns the
+    /// waiters to wake, which the caller calls once it has dropped its own
+    /// reference to the operation (so that a woken waiter finds it released
+    /// if nothing else holds it).
+    final func retire() -> [@Sendable () -> Void] {
+        withStateLock { state -> [@Sendable () -> Void] in
+            state.retire()
+            membership = nil
+            return extras?.waiters.takeAll() ?? []
+        }
+    }
+
+    /// Registers `callback` to run once the operation retires. Returns the
+    /// key that removes it, or nil if the operation has already retired (the
+    /// callback is then not called).
+    final func addRetireWaiter(_ callback: @escaping @Sendable () -> Void) -> Int? {
+        withStateLock { state -> Int? in
+            if state.isRetired { return nil }
+            return extrasWhileLocked().waiters.add(callback)
+        }
+    }
+
+    /// Removes a callback registered with `addRetireWaiter` (a wait that
+    /// timed out or was cancelled).
+    final func removeRetireWaiter(_ key: Int) {
+        let removed = withStateLock { _ in extras?.waiters.remove(key) }
+        withExtendedLifetime(removed) {}
+    }
+
+    /// A strong reference to the dependent behind `entry`, or nil if it is
+    /// being deallocated. Call while holding the lock of the operation whose
+    /// dependents list holds `entry`: that lock keeps the dependent's memory
+    /// valid (see `DependentList`).
+    static func retainDependent(_ entry: Unmanaged<Operation>) -> Operation? {
+        entry._withUnsafeGuaranteedRef { dependent -> Operation? in
+            // A queued dependent is retained by its queue, which lets go of it
+            // only after it has left every dependents list (step 2 of its own
+            // finish) — which needs this lock.
+            if dependent.loadState().isEnqueued { return dependent }
+            // Otherwise only its owner keeps it alive: a weak reference reads
+            // nil once its deinitialization has begun.
+            weak let probe = dependent
+            return probe
+        }
+    }
+}
+
+/// What remains to do after an operation was marked finished: steps 2 to 6
+/// of the retirement path. Created by `Operation.beginFinish`; used once.
+struct FinishPlan {
+    /// The finished operation, held until step 5 is done. The drain loop
+    /// reads it to remove it from the queue; nothing else holds it then.
+    private(set) var operation: Operation?
+    private var dependents: OperationList
+    private var registered: OperationList
+    private var completion: (@Sendable () -> Void)?
+    /// The owning queue, unretained: it keeps itself alive while the
+    /// operation is a member, and while a retirement it counted is in flight.
+    let queue: Unmanaged<OperationQueue>?
+    private let keys: LifecycleKeys
+
+    init(
+        operation: Operation,
+        dependents: OperationList,
+        registered: OperationList,
+        completion: (@Sendable () -> Void)?,
+        queue: Unmanaged<OperationQueue>?,
+        keys: LifecycleKeys
+    ) {
+        self.operation = operation
+        self.dependents = dependents
+        self.registered = registered
+        self.completion = completion
+        self.queue = queue
+        self.keys = keys
+    }
+
+    /// Whether steps 4 and 5 run user code (observers, a completion block),
+    /// so that the queue counts the retirement as in flight until done.
+    var hasUserTail: Bool { completion != nil || !keys.isEmpty }
+
+    /// Steps 2 to 6, for every finish except a drain loop's own. The queue
+    /// counts the retirement as in flight until it is complete, so that its
+    /// waiters wake only after this plan has let go of the operation.
+    consuming func run() {
+        _ = releaseDependents(collectingFor: nil)
+        if let queue, let operation {
+            queue._withUnsafeGuaranteedRef { $0.memberFinished(operation, retirementPending: true) }
+        }
+        complete(settle: true)
+    }
+
+    /// Step 2. Dependents that became ready and belong to `queue` (whose
+    /// readiness is the base state) are returned for the caller to admit
+    /// under its own lock; others are handed to their queues.
+    mutating func releaseDependents(collectingFor queue: OperationQueue?) -> [Operation] {
+        guard let operation else { return [] }
+        registered.forEach { dependency in
+            dependency.withStateLock { _ in _ = dependency.storedDependents.remove(operation) }
+        }
+        registered = .empty
+        var collected: [Operation] = []
+        let taken = dependents.take()
+        taken.forEach { dependent in
+            switch dependent.dependencyDidFinish(operation, callerQueue: queue) {
+            case .none:
+                break
+            case .readyInCallerQueue:
+                collected.append(dependent)
+            case .ready(let other):
+                other.memberReadinessMayHaveChanged(dependent)
+            }
+        }
+        return collected
+    }
+
+    /// Steps 4 to 6: observers, completion block, retirement, and (when
+    /// `settle` is true) telling the queue that the retirement it counted is
+    /// done. Drops the operation before the queue is told, so that a queue
+    /// waiter that wakes finds it released if nothing else holds it.
+    consuming func complete(settle: Bool) {
+        guard let finished = operation else { return }
+        if OperationInstrumentation.isActive {
+            OperationInstrumentation.emit(.finished, finished, queue: queue?.takeUnretainedValue())
+        }
+        if hasUserTail {
+            let owner = queue
+            ThreadContext.withCurrent { context in
+                let saved = context.enter(finished, queue: owner)
+                if !keys.isEmpty { finished.notifyDidChange(keys.names) }
+                if let block = completion {
+                    completion = nil
+                    block()
+                }
+                context.leave(restoring: saved)
+            }
+        }
+        let waiters = finished.retire()
+        operation = nil
+        _ = consume finished
+        for wake in waiters { wake() }
+        if settle, let queue {
+            queue._withUnsafeGuaranteedRef { $0.memberRetired() }
+        }
+    }
+}
+
+/// The lifecycle keys whose did-change announcements a finish owes its
+/// observers, without allocating on the common path.
+struct LifecycleKeys: OptionSet, Sendable {
+    let rawValue: UInt8
+    static let isExecuting = LifecycleKeys(rawValue: 1)
+    static let isFinished = LifecycleKeys(rawValue: 2)
+
+    /// The key names, `isExecuting` before `isFinished` (Foundation's order).
+    var names: [String] {
+        var result: [String] = []
+        if contains(.isExecuting) { result.append("isExecuting") }
+        if contains(.isFinished) { result.append("isFinished") }
+        return result
+    }
+}

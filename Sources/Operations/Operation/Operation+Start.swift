@@ -1,0 +1,247 @@
+// Starting an operation: the base `start()`, and how a queue starts the
+// operations it dequeues.
+
+extension Operation {
+    /// How the body started by the base `start()` ended.
+    enum BodyOutcome {
+        /// The body has finished (synchronous work).
+        case finished
+        /// The body continues asynchronously; it reports its end through
+        /// `bodyDidFinish(wasExecuting:)` (`AsyncOperation.finish()`,
+        /// an `async` body's task).
+        case continues
+    }
+
+    /// Whether the class overrides `member` (see `OverrideDetection`).
+    @inline(__always)
+    final func overrides(_ member: OverrideDetection.Member) -> Bool {
+        OverrideDetection.overrides(self, member)
+    }
+
+    /// `isReady` as the class reports it (the getter when overridden).
+    final var reportedReady: Bool {
+        overrides(.isReady) ? isReady : loadState().isBaseReady
+    }
+
+    /// `isFinished` as the class reports it (the getter when overridden).
+    final var reportedFinished: Bool {
+        overrides(.isFinished) ? isFinished : loadState().isBaseFinished
+    }
+
+    // MARK: Entry points
+
+    /// The base `start()`: called by hand, by a subclass's `super.start()`,
+    /// or (for a class that overrides `start()`) through the queue's call.
+    final func startByCall() {
+        let queueCall = loadState().isQueueStart
+        if !queueCall { captureContextIfNeeded() }
+        if !queueCall, TraceRecorder.isActive {
+            TraceRecorder.shared.describe(self, queue: nil)
+            TraceRecorder.shared.record(.started, self, queue: nil)
+        }
+        if !queueCall, OperationInstrumentation.isActive { OperationInstrumentation.emit(.started, self, queue: nil) }
+        performBaseStart(queueCall: queueCall)?.run()
+    }
+
+    /// Starts this operation for its queue, which has dequeued it.
+    ///
+    /// A class that overrides `start()` gets its `start()` called (user code;
+    /// its finish arrives later through announcements). Otherwise the base
+    /// start runs directly, and if the operation finished synchronously the
+    /// finish plan is returned: the caller (the drain loop) removes the
+    /// operation from the queue and then completes the plan, so that
+    /// finishing and picking the next operation share one lock acquisition.
+    final func startFromQueue(customStart: Bool) -> FinishPlan? {
+        guard customStart else { return performBaseStart(queueCall: true) }
+        withStateLock { $0.isQueueStart = true }
+        ThreadContext.withCurrent { context in
+            let saved = context.enter(self)
+            withCarriedContext { start() }
+            context.leave(restoring: saved)
+        }
+        withStateLock { $0.isQueueStart = false }
+        return nil
+    }
+
+    // MARK: The base start
+
+    /// Validates the start, runs the body, and returns the finish plan if
+    /// the operation finished synchronously. Returns nil when the body
+    /// continues asynchronously, when the class reports it unfinished, or
+    /// when the call was a misuse that a handler refused.
+    final func performBaseStart(queueCall: Bool) -> FinishPlan? {
+        // One compare-and-swap for the plain case: no dependencies,
+        // observers, cancellation or failure policy, readiness not user code.
+        if queueCall || !overrides(.isReady), tryFastStart(byQueue: queueCall) {
+            return withThreadContext { runBodyAndFinish() }
+        }
+        var state = loadState()
+        // As in Foundation, the base start skips the body only for the base
+        // cancellation (`Operation.cancel()`); a subclass that keeps its own
+        // cancelled flag handles it in its `main()` or `start()`.
+        var cancelled = state.isCancelled
+        if !queueCall {
+            if let refusal = manualStartRefusal(state, cancelled: cancelled) {
+                OperationMisuse.report(refusal.code, subject: misuseSubject, refusal.detail)
+                return nil
+            }
+        }
+        if state.hasFailurePolicy, !cancelled {
+            applyFailurePolicy(after: dependencies)
+            state = loadState()
+            cancelled = state.isCancelled
+        }
+        // From here the thread runs this operation: observers of its
+        // lifecycle (which may wait) are recognised as running inside it.
+        return withThreadContext { startValidated(state: state, cancelled: cancelled) }
+    }
+
+    private func startValidated(state: OperationState, cancelled: Bool) -> FinishPlan? {
+        let observed = state.isObserved
+        let predicted: [String] = cancelled ? ["isFinished"] : ["isExecuting"]
+        if observed { notifyWillChange(predicted) }
+        let decision = withStateLock { $0.beginBaseStart() }
+        switch decision {
+        case .run:
+            if observed {
+                if cancelled {
+                    // Unreachable with the base state (cancellation is never
+                    // withdrawn); kept so that announcements always balance.
+                    notifyDidChange(predicted)
+                    notifyWillChange(["isExecuting"])
+                }
+                notifyDidChange(["isExecuting"])
+            }
+            return runBodyAndFinish()
+        case .skipCancelled:
+            if observed, !cancelled {
+                notifyDidChange(predicted)
+                notifyWillChange(["isFinished"])
+            }
+            return bodyDidFinish(wasExecuting: false, announced: observed)
+        case .alreadyExecuting, .alreadyFinished:
+            if observed { notifyDidChange(predicted) }
+            let refusal = startRefusal(loadState()) ?? (.startWhileExecuting, "was started twice; the other call is already running it.")
+            OperationMisuse.report(refusal.code, subject: misuseSubject, refusal.detail)
+            return nil
+        }
+    }
+
+    /// Runs the body with the thread context set; returns the finish plan if
+    /// it finished synchronously.
+    private func runBodyAndFinish() -> FinishPlan? {
+        guard case .finished = runBody() else { return nil }
+        return bodyDidFinish(wasExecuting: true, announced: false)
+    }
+
+    /// Runs `body` with the calling thread marked as running this operation
+    /// (see `ThreadContext`), the queue unchanged.
+    @inline(__always)
+    final func withThreadContext<R>(_ body: () -> R) -> R {
+        ThreadContext.withCurrent { context in
+            let saved = context.enter(self)
+            defer { context.leave(restoring: saved) }
+            return body()
+        }
+    }
+
+    /// Calls ``main()`` with ``threadPriority`` applied to the calling
+    /// thread and the carried context bound.
+    final func runMainWithThreadPriority() {
+        guard loadState().hasCustomThreadPriority else {
+            withCarriedContext { main() }
+            return
+        }
+        let change = ThreadPriorityChange.apply(threadPriority)
+        withCarriedContext { main() }
+        change?.restore()
+    }
+
+    // MARK: Carried context
+
+    /// Captures the registered context values of the calling code, once
+    /// (when the operation is added, or started by hand). Call with no lock held.
+    final func captureContextIfNeeded() {
+        guard OperationContextPropagation.isActive,
+              withStateLock({ _ in extras?.carriedContext == nil }),
+              let captured = OperationContextPropagation.capture(for: self) else { return }
+        withStateLock { _ in
+            if extrasWhileLocked().carriedContext == nil { extras?.carriedContext = captured }
+        }
+    }
+
+    /// The captured context, if any.
+    final var carriedContext: CarriedContext? {
+        guard OperationContextPropagation.isActive else { return nil }
+        return withStateLock { _ in extras?.carriedContext }
+    }
+
+    /// Runs `body` with the carried context bound.
+    @inline(__always)
+    final func withCarriedContext(_ body: () -> Void) {
+        guard let context = carriedContext else { return body() }
+        context.run(body)
+    }
+
+    // MARK: Refusals
+
+    private func manualStartRefusal(
+        _ state: OperationState,
+        cancelled: Bool
+    ) -> (code: OperationMisuse.Code, detail: String)? {
+        if state.isEnqueued, !state.isFinished {
+            let owner = withStateLock { _ in membership?.takeUnretainedValue() }
+            let name = owner?.misuseSubject ?? "a queue"
+            return (.startOwnedByQueue, "was started by hand, but \(name) owns it. A queued operation is started by its queue; call start() only on operations you run yourself.")
+        }
+        if let refusal = startRefusal(state) { return refusal }
+        if !cancelled, !reportedReady {
+            return (.startNotReady, notReadyExplanation())
+        }
+        return nil
+    }
+
+    private func startRefusal(_ state: OperationState) -> (code: OperationMisuse.Code, detail: String)? {
+        if state.isBaseExecuting {
+            return (.startWhileExecuting, "was started while it is already executing. An operation runs once; create a new one to run the work again.")
+        }
+        if state.isBaseFinished || state.isFinished {
+            return (.startAfterFinished, "was started after it finished\(state.isCancelled ? " (it was cancelled)" : ""). An operation runs once; create a new one to run the work again.")
+        }
+        return nil
+    }
+
+    private func notReadyExplanation() -> String {
+        let unfinished = dependencies.filter { !$0.loadState().isFinished }
+        if unfinished.isEmpty {
+            return "was started while it is not ready: its isReady returned false. Start it once isReady is true, or add it to a queue, which starts it when it becomes ready."
+        }
+        let names = unfinished.prefix(5).map(\.misuseSubject).joined(separator: ", ")
+        return "was started while it is not ready: \(unfinished.count) of its dependencies have not finished (\(names)). Start it after they finish, or add it to a queue, which starts it when it becomes ready."
+    }
+}
+
+/// A temporary change of the calling thread's nice value for `threadPriority`.
+struct ThreadPriorityChange {
+    let previous: Int32
+
+    /// Applies `priority` (0.0 ... 1.0, 0.5 = unchanged) to the calling thread.
+    static func apply(_ priority: Double) -> ThreadPriorityChange? {
+        guard priority != 0.5, let current = Platform.currentNice() else { return nil }
+        let offset = priority < 0.5 ? (0.5 - priority) * 2 * 19 : -(priority - 0.5) * 2 * 20
+        let target = Int32(max(-20, min(19, Double(current) + offset.rounded())))
+        guard target != current else { return nil }
+        if target < current, !Platform.canRaisePriority { return nil }
+        // Lowering cannot be undone without privilege: only do it on a pool
+        // worker, which is retired afterwards.
+        if target > current, !Platform.canRaisePriority, Worker.current == nil { return nil }
+        guard Platform.setCurrentNice(target) else { return nil }
+        return ThreadPriorityChange(previous: current)
+    }
+
+    func restore() {
+        if !Platform.setCurrentNice(previous) {
+            Worker.current?.retireAfterCurrentJob = true
+        }
+    }
+}

@@ -1,0 +1,109 @@
+#if canImport(Glibc)
+import Glibc
+#elseif canImport(Musl)
+import Musl
+#elseif canImport(Darwin)
+import Darwin
+#endif
+
+// The operation's state word: the only code that changes it. Every other
+// file reads a snapshot with `loadState()` or changes the state through
+// `withStateLock`, whose body applies one of `OperationState`'s transitions.
+
+extension Operation {
+    /// A snapshot of the lifecycle state, without taking the lock.
+    @inline(__always)
+    final func loadState() -> OperationState {
+        OperationState(raw: stateWord.load(ordering: .acquiring))
+    }
+
+    /// Runs `body` with the state lock bit held, then publishes the new state.
+    ///
+    /// `body` may read and write the fields guarded by the lock bit. It must
+    /// not call user code, take a queue's lock, or take another operation's
+    /// lock except through `withStateLocks(_:_:_:)`.
+    @inline(__always)
+    final func withStateLock<R>(_ body: (inout OperationState) -> R) -> R {
+        var state = OperationState(raw: acquireStateLock())
+        let result = body(&state)
+        stateWord.store(state.raw, ordering: .releasing)
+        return result
+    }
+
+    /// Takes the lock bit; returns the word as it was (unlocked).
+    @inline(__always)
+    private func acquireStateLock() -> UInt64 {
+        var current = stateWord.load(ordering: .relaxed)
+        var spins = 0
+        while true {
+            if current & OperationState.lockBit == 0 {
+                let (exchanged, original) = stateWord.weakCompareExchange(
+                    expected: current,
+                    desired: current | OperationState.lockBit,
+                    successOrdering: .acquiring,
+                    failureOrdering: .relaxed
+                )
+                if exchanged { return current }
+                current = original
+            } else {
+                // Critical sections are a few dozen instructions and never
+                // call user code; yield only if the holder was preempted.
+                spins += 1
+                if spins > 64 { sched_yield() }
+                current = stateWord.load(ordering: .relaxed)
+            }
+        }
+    }
+
+    /// Runs `body` with the lock bits of `first` and `second` held, taken in
+    /// address order so that two threads locking the same pair in opposite
+    /// roles cannot deadlock. The only place two operation locks nest.
+    /// `first` and `second` must differ (the lock is not recursive).
+    static func withStateLocks<R>(
+        _ first: Operation,
+        _ second: Operation,
+        _ body: (inout OperationState, inout OperationState) -> R
+    ) -> R {
+        let firstAddress = UInt(bitPattern: Unmanaged.passUnretained(first).toOpaque())
+        let secondAddress = UInt(bitPattern: Unmanaged.passUnretained(second).toOpaque())
+        if firstAddress < secondAddress {
+            return first.withStateLock { firstState in
+                second.withStateLock { secondState in body(&firstState, &secondState) }
+            }
+        }
+        return second.withStateLock { secondState in
+            first.withStateLock { firstState in body(&firstState, &secondState) }
+        }
+    }
+
+    /// Moves a plain operation from pending to base-executing in one
+    /// compare-and-swap, consuming the queue-start mark: the start of an
+    /// operation without dependencies, observers, cancellation or a failure
+    /// policy. A start by hand (`byQueue` false) also requires that no queue
+    /// owns the operation. Returns false to take the general path.
+    @inline(__always)
+    final func tryFastStart(byQueue: Bool) -> Bool {
+        let mask = byQueue ? OperationState.fastStartMask : OperationState.fastStartMask | OperationState.enqueuedFlag
+        var current = stateWord.load(ordering: .relaxed)
+        while current & mask == 0 {
+            let desired = (current | OperationState.baseExecutingFlag) & ~OperationState.queueStartFlag
+            let (exchanged, original) = stateWord.weakCompareExchange(
+                expected: current,
+                desired: desired,
+                successOrdering: .acquiringAndReleasing,
+                failureOrdering: .relaxed
+            )
+            if exchanged { return true }
+            current = original
+        }
+        return false
+    }
+
+    /// The extras box, created on first use. Call with the lock bit held.
+    final func extrasWhileLocked() -> OperationExtras {
+        if let extras { return extras }
+        let created = OperationExtras()
+        extras = created
+        return created
+    }
+}

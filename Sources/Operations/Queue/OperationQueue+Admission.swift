@@ -1,0 +1,232 @@
+// Adding operations: misuse checks, the pending limit, claiming and linking.
+//
+// The room check, the claim (marking the operation as owned) and the link
+// happen under one acquisition of the queue's lock, so a refused add — no
+// room under `.attempt`, `.reject`, or a misuse — leaves the operation
+// exactly as it was.
+
+extension OperationQueue {
+    /// How an add behaves when the queue's pending limit is reached.
+    enum AdmissionMode {
+        /// Follow the policy: wait for room (`.block`) or refuse (`.reject`).
+        case synchronous
+        /// Return nil and leave the operations untouched.
+        case attempt
+    }
+
+    /// Adds `operations` (as a barrier when `barrier` is true). Returns the
+    /// ones accepted when `collecting` is true (otherwise an empty array), or
+    /// nil when `mode` is `.attempt` and there was no room.
+    ///
+    /// Allocation-free for the common single add: the lists below are built
+    /// only when something needs them.
+    @discardableResult
+    final func admit<C: Collection<Operation>>(
+        _ operations: C,
+        mode: AdmissionMode,
+        barrier: Bool = false,
+        collecting: Bool = false
+    ) -> [Operation]? {
+        // A class that overrides `isExecuting` or `isFinished` reports its
+        // own state: ask it before taking any lock.
+        var refusedByGetter: Set<ObjectIdentifier> = []
+        for operation in operations {
+            if let refusal = operation.reportedEnqueueRefusal() {
+                reportRefusedAdd(operation, refusal: refusal, owner: nil, batch: [])
+                refusedByGetter.insert(ObjectIdentifier(operation))
+            } else if OperationContextPropagation.isActive {
+                operation.captureContextIfNeeded()
+            }
+        }
+        let total = operations.count - refusedByGetter.count
+        guard total > 0 else { return [] }
+        let isObserved = observed.load(ordering: .relaxed)
+        if isObserved { notifyWillChange(Self.contentKeys) }
+        defer { if isObserved { notifyDidChange(Self.contentKeys) } }
+
+        let tracing = TraceRecorder.isActive
+        let instrumented = OperationInstrumentation.isActive
+        let collect = collecting || tracing || instrumented
+        var accepted: [Operation] = []
+        var refused: [(Operation, OperationState.EnqueueRefusal, OperationQueue?)] = []
+        var customReadiness: [Operation] = []
+        var next = operations.startIndex
+        var linked = 0
+        while next != operations.endIndex {
+            lock.lock()
+            if linked == 0, state.pendingLimit != nil, !state.hasRoom(for: total), !isCalledFromInside() {
+                if mode == .attempt {
+                    lock.unlock()
+                    if instrumented {
+                        for operation in operations { OperationInstrumentation.emit(.rejected, operation, queue: self) }
+                    }
+                    return nil
+                }
+                if pendingLimitPolicy == .reject {
+                    lock.unlock()
+                    refuseForLackOfRoom(operations.filter { !refusedByGetter.contains(ObjectIdentifier($0)) })
+                    return []
+                }
+                guard waitForRoomLocked(count: total) else { return [] }
+                continue
+            }
+            // Large batches are linked in chunks, releasing the lock in
+            // between, so that drain loops start on the first operations
+            // while the rest are linked. Under a pending limit a batch is one
+            // chunk, so that the limit holds exactly.
+            var inChunk = 0
+            while next != operations.endIndex, state.pendingLimit != nil || inChunk < 256 {
+                let operation = operations[next]
+                operations.formIndex(after: &next)
+                inChunk += 1
+                if !refusedByGetter.isEmpty, refusedByGetter.contains(ObjectIdentifier(operation)) { continue }
+                if let (refusal, owner) = operation.claim(for: self) {
+                    refused.append((operation, refusal, owner))
+                    continue
+                }
+                let custom = operation.overrides(.isReady)
+                state.link(operation, barrier: barrier, customReadiness: custom, customStart: operation.overrides(.start))
+                emitLocked(.added(operation))
+                linked += 1
+                if collect { accepted.append(operation) }
+                if tracing { TraceRecorder.shared.record(.added, operation, queue: self) }
+                if barrier {
+                    state.barrierLinked(operation)
+                } else if custom {
+                    customReadiness.append(operation)
+                } else {
+                    let current = operation.loadState()
+                    state.apply(operation, ready: current.isBaseReady, cancelled: current.isCancelled)
+                }
+                if tracing, operation.queueLink.lane != QueueLink.noLane {
+                    TraceRecorder.shared.record(.ready, operation, queue: self)
+                }
+            }
+            let effects = takeEffectsLocked()
+            lock.unlock()
+            effects.perform(on: self)
+        }
+        for (operation, refusal, owner) in refused {
+            reportRefusedAdd(operation, refusal: refusal, owner: owner, batch: Array(operations))
+        }
+        for operation in customReadiness { memberReadinessMayHaveChanged(operation) }
+        if tracing {
+            for operation in accepted { TraceRecorder.shared.describe(operation, queue: self) }
+        }
+        if instrumented {
+            for operation in accepted {
+                OperationInstrumentation.emit(.added, operation, queue: self)
+                if operation.loadState().isBaseReady { OperationInstrumentation.emit(.ready, operation, queue: self) }
+            }
+        }
+        return collecting ? accepted : []
+    }
+
+    /// Whether the caller is inside this queue's own work (an operation's
+    /// body, a completion block, an observer, an `async` body): such adds are
+    /// never held back by the pending limit, since they could wait for
+    /// themselves.
+    final func isCalledFromInside() -> Bool {
+        if ThreadContext.current.queue === self { return true }
+        return OperationTaskContext.current?.queue === self
+    }
+
+    /// Waits until the pending limit leaves room for `count` operations.
+    /// Called with `lock` held; returns with it released. Returns false when
+    /// the wait could never end and the add was refused as a misuse.
+    private func waitForRoomLocked(count: Int) -> Bool {
+        let signal = WaitSignal()
+        nextRoomWaiterKey += 1
+        let key = nextRoomWaiterKey
+        roomWaiters.append((key, count, { signal.signal() }))
+        lock.unlock()
+        let record = WaitRegistry.Record(running: ThreadContext.current.runningOperations, target: .room(self))
+        if let reason = WaitRegistry.shared.begin(record) {
+            lock.withLock { roomWaiters.removeAll { $0.key == key } }
+            OperationMisuse.report(.waitDeadlock, subject: misuseSubject, "is full (pending limit) and the add can never proceed: it \(reason) The operations were not added.")
+            return false
+        }
+        defer { WaitRegistry.shared.end(record) }
+        _ = WorkerPool.shared.blocking {
+            HangReport.wait(on: signal, deadline: nil) { "addOperation waits for room under the pending limit of:\n" + self.diagnostics().description }
+        }
+        return true
+    }
+
+    /// Refuses operations that found no room under `.reject`: they are
+    /// cancelled and, if their class keeps the base `start()`, finished
+    /// without running their work (their completion blocks run). They are
+    /// not added.
+    final func refuseForLackOfRoom(_ operations: [Operation]) {
+        for operation in operations {
+            if OperationInstrumentation.isActive { OperationInstrumentation.emit(.rejected, operation, queue: self) }
+            operation.cancel()
+            if !operation.overrides(.start) {
+                operation.performBaseStart(queueCall: false)?.run()
+            }
+        }
+    }
+
+    /// Waits for exactly `operations` (the ones an `addOperations` call
+    /// accepted). Waits for the last first: by then most others are done,
+    /// so the rest cost one atomic load each.
+    final func waitForOperations(_ operations: [Operation]) {
+        for operation in operations.reversed() {
+            guard operation.performWait(deadline: nil) else { return }
+        }
+    }
+
+    private func reportRefusedAdd(
+        _ operation: Operation,
+        refusal: OperationState.EnqueueRefusal,
+        owner: OperationQueue?,
+        batch: [Operation]
+    ) {
+        let code: OperationMisuse.Code
+        let detail: String
+        switch refusal {
+        case .finished:
+            code = .addedAfterStart
+            detail = "was added to \(misuseSubject) after it finished. An operation runs once; create a new one to run the work again."
+        case .executing:
+            code = .addedAfterStart
+            detail = "was added to \(misuseSubject) while it is executing. Add operations to a queue before starting them."
+        case .alreadyEnqueued:
+            if owner === self, batch.filter({ $0 === operation }).count > 1 {
+                code = .duplicateInBatch
+                detail = "appears more than once in one addOperations call to \(misuseSubject); it was added once."
+            } else if let owner, owner !== self {
+                code = .alreadyInQueue
+                detail = "was added to \(misuseSubject), but it already belongs to \(owner.misuseSubject). An operation can be in one queue, once."
+            } else {
+                code = .alreadyInQueue
+                detail = "was added to \(misuseSubject) twice; it is already in this queue (or was, and has finished)."
+            }
+        }
+        OperationMisuse.report(code, subject: operation.misuseSubject, detail)
+    }
+}
+
+extension Operation {
+    /// Claims the operation for `queue`. Returns why it cannot be queued (and
+    /// the queue that owns it, if any), or nil once claimed. Called with the
+    /// queue's lock held (lock order: queue, then operation).
+    final func claim(for queue: OperationQueue) -> (OperationState.EnqueueRefusal, OperationQueue?)? {
+        withStateLock { state in
+            if let refusal = state.enqueue() {
+                let owner = state.isRetired ? nil : membership?.takeUnretainedValue()
+                return (refusal, owner)
+            }
+            membership = Unmanaged.passUnretained(queue)
+            return nil
+        }
+    }
+
+    /// Why a class that overrides `isFinished` or `isExecuting` may not be
+    /// queued, as it reports its own state (user code: call outside locks).
+    final func reportedEnqueueRefusal() -> OperationState.EnqueueRefusal? {
+        if overrides(.isFinished), isFinished { return .finished }
+        if overrides(.isExecuting), isExecuting { return .executing }
+        return nil
+    }
+}

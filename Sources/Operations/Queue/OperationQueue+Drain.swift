@@ -1,0 +1,158 @@
+// Drain loops: the threads that start a queue's operations.
+//
+// A drain loop starts ready operations one after another on the calling
+// thread (a pool worker, the main thread, or the underlying dispatch queue)
+// until none can start. An operation whose class keeps the base `start()`
+// and finishes synchronously is retired by the loop itself: removing it from
+// the queue, admitting the dependents it made ready, and picking the next
+// operation share one lock acquisition. Its observers and completion block
+// run right after, before the next operation starts.
+
+extension OperationQueue: PoolJob {
+    func runJob(on worker: Worker) {
+        drain(worker: worker)
+    }
+}
+
+extension OperationQueue {
+    final func drain(worker: Worker?) {
+        unowned(unsafe) let context = ThreadContext.current
+        let savedQueue = context.queueReference
+        context.queueReference = Unmanaged.passUnretained(self)
+        defer { context.queueReference = savedQueue }
+        let pool = WorkerPool.shared
+        let isObserved = observed.load(ordering: .relaxed)
+        // Operations that finished inside this loop and still have to leave
+        // the queue (under the loop's next lock acquisition); each plan holds
+        // its operation.
+        var finishes: [FinishPlan?] = []
+        var readied: [Operation] = []
+        var cancelledBatch: [Operation] = []
+        // The list's references to operations retired under the lock, to
+        // release after unlocking.
+        var released: [Operation] = []
+        var owedRetirements = 0
+        var startedInSlice = 0
+        var sliceStart: UInt64 = 0
+
+        lock.lock()
+        state.drainerStarted()
+        let queueQoS = storedQualityOfService.index
+        while true {
+            // Admit what the last operations made ready, retire them, settle
+            // the retirements completed since, and pick the next operation.
+            for operation in readied {
+                let current = operation.loadState()
+                state.apply(operation, ready: current.isBaseReady, cancelled: current.isCancelled)
+            }
+            readied.removeAll(keepingCapacity: true)
+            var userTail = false
+            for case let plan? in finishes {
+                guard let operation = plan.operation else { continue }
+                userTail = userTail || plan.hasUserTail
+                if let owned = state.unlink(operation, retirementPending: plan.hasUserTail) {
+                    released.append(owned)
+                }
+                emitLocked(.finished(operation))
+            }
+            if owedRetirements > 0 {
+                state.retirementDone(owedRetirements)
+                owedRetirements = 0
+            }
+            var next: Operation?
+            var customStart = false
+            // A completion block or observer runs before the next operation
+            // is picked: it may wait for (or add) work that must be able to
+            // take the slot this loop would otherwise hold.
+            if !userTail, startedInSlice == 0 || !shouldYieldSlice(worker: worker, pool: pool, started: startedInSlice, since: sliceStart) {
+                next = state.popNext()
+            }
+            if let next {
+                state.drainerBusy(true)
+                customStart = next.queueLink.has(QueueLink.Flags.customStart)
+                emitLocked(.started(next))
+                if !next.queueLink.has(QueueLink.Flags.holdsSlot) {
+                    // Cancelled operations need no slot and no order: retire a
+                    // batch of them per lock acquisition.
+                    state.popCancelled(upTo: 63, into: &cancelledBatch)
+                    for operation in cancelledBatch { emitLocked(.started(operation)) }
+                }
+                if TraceRecorder.isActive {
+                    TraceRecorder.shared.record(.started, next, queue: self)
+                    for operation in cancelledBatch { TraceRecorder.shared.record(.started, operation, queue: self) }
+                }
+            } else if !userTail {
+                state.drainerStopped()
+            }
+            let effects = takeEffectsLocked()
+            lock.unlock()
+
+            // The list's references go first, then each finished operation's
+            // observers and completion block, then waiters.
+            released.removeAll(keepingCapacity: true)
+            if !finishes.isEmpty {
+                if isObserved { notifyDidChange(Self.contentKeys) }
+                for index in finishes.indices {
+                    // Taken out of the array, so the plan holds the only
+                    // reference the loop has.
+                    guard let plan = finishes[index].take() else { continue }
+                    if plan.hasUserTail { owedRetirements += 1 }
+                    plan.complete(settle: false)
+                }
+                finishes.removeAll(keepingCapacity: true)
+            }
+            effects.perform(on: self)
+            if userTail {
+                // Pick the next operation now that the tail has run.
+                lock.lock()
+                continue
+            }
+            guard let operation = next else { break }
+
+            if startedInSlice == 0 { sliceStart = pool.hasWaitingJobs ? monotonicNanoseconds() : 0 }
+            if let worker {
+                let qos = operation.loadState().qosIndex
+                worker.applyQualityOfService(index: qos == 2 ? queueQoS : qos)
+            }
+            if OperationInstrumentation.isActive {
+                OperationInstrumentation.emit(.started, operation, queue: self)
+                for cancelled in cancelledBatch { OperationInstrumentation.emit(.started, cancelled, queue: self) }
+            }
+            run(operation, customStart: customStart, finishes: &finishes, readied: &readied)
+            for cancelled in cancelledBatch {
+                run(cancelled, customStart: false, finishes: &finishes, readied: &readied)
+            }
+            cancelledBatch.removeAll(keepingCapacity: true)
+            if isObserved, !finishes.isEmpty { notifyWillChange(Self.contentKeys) }
+            worker?.recordProgress()
+            startedInSlice += 1
+            lock.lock()
+            state.drainerBusy(false)
+        }
+        if owedRetirements > 0 {
+            lock.lock()
+            state.retirementDone(owedRetirements)
+            let effects = takeEffectsLocked()
+            lock.unlock()
+            effects.perform(on: self)
+        }
+    }
+
+    /// Starts one dequeued operation; if it finished synchronously, releases
+    /// its dependents and keeps its plan for the loop to retire.
+    private func run(_ operation: Operation, customStart: Bool, finishes: inout [FinishPlan?], readied: inout [Operation]) {
+        guard var plan = operation.startFromQueue(customStart: customStart) else { return }
+        readied += plan.releaseDependents(collectingFor: self)
+        finishes.append(plan)
+    }
+
+    /// Whether a drain loop should give its thread back: the pool is
+    /// oversubscribed, or other jobs wait and this loop used its time slice
+    /// (2 ms). On the main thread, every 64 operations.
+    private func shouldYieldSlice(worker: Worker?, pool: WorkerPool, started: Int, since start: UInt64) -> Bool {
+        guard worker != nil else { return kind == .mainThread && started >= 64 }
+        guard pool.hasWaitingJobs else { return false }
+        if pool.shouldYield { return true }
+        return start == 0 || monotonicNanoseconds() &- start > 2_000_000
+    }
+}

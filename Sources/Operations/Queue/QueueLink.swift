@@ -1,0 +1,58 @@
+/// An operation's place in the queue that owns it.
+///
+/// The record is stored inside the operation (so that moving an operation
+/// between the queue's lists allocates nothing and costs O(1)), but it
+/// belongs to the queue: only the files of `Queue/` read or write it, and
+/// only while the owning queue's lock is held. The operation itself never
+/// touches it.
+///
+/// Neighbour references are `Unmanaged`: the queue's add-order list owns one
+/// retain of each linked operation (taken in `QueueState.link`, given back by
+/// `QueueState.unlink`), which keeps every operation reachable from these
+/// fields alive while it is linked. The lane and held lists borrow that
+/// retain.
+struct QueueLink {
+    /// Neighbours in the add-order list.
+    var next: Unmanaged<Operation>?
+    var previous: Unmanaged<Operation>?
+    /// Neighbours in the ready lane or barrier-held list holding the operation.
+    var laneNext: Unmanaged<Operation>?
+    var lanePrevious: Unmanaged<Operation>?
+    /// Which list holds the operation for dispatch: `noLane`, a ready lane
+    /// (`QueueState.cancelledLane` or a priority lane), or `heldLane` (ready
+    /// but waiting behind a barrier).
+    var lane: Int8 = QueueLink.noLane
+    /// `Flags` bits.
+    var flags: UInt8 = 0
+    /// The number of barriers added to the queue before this operation: its
+    /// barrier segment.
+    var segment: UInt32 = 0
+    /// Incremented on each readiness notification of an operation whose
+    /// readiness is user code (an `isReady` or `isCancelled` override), so
+    /// that only the newest evaluation is applied.
+    var readinessEpoch: UInt32 = 0
+
+    static let noLane: Int8 = -1
+    static let heldLane: Int8 = 6
+
+    enum Flags {
+        /// In the add-order list (owned by the queue).
+        static let linked: UInt8 = 1 << 0
+        /// Dequeued: its `start()` has been (or is being) called.
+        static let dispatched: UInt8 = 1 << 1
+        /// Holds one of the `maxConcurrentOperationCount` slots.
+        static let holdsSlot: UInt8 = 1 << 2
+        /// The queue's barrier operation.
+        static let barrier: UInt8 = 1 << 3
+        /// Counted in its segment's unfinished operations.
+        static let countedInSegment: UInt8 = 1 << 4
+        /// Its readiness is user code (`isReady` overridden): evaluated
+        /// outside the lock, trusted when popped.
+        static let customReadiness: UInt8 = 1 << 5
+        /// Its class overrides `start()`: even when cancelled it waits for a
+        /// slot, and its `start()` is called.
+        static let customStart: UInt8 = 1 << 6
+    }
+
+    func has(_ flag: UInt8) -> Bool { flags & flag != 0 }
+}

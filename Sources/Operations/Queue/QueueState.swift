@@ -1,0 +1,544 @@
+/// The scheduling state of one `OperationQueue`: which operations it holds,
+/// which are ready, which may start next. Guarded by the queue's lock; it
+/// calls no user code and performs no side effects, so every decision about
+/// *when a queued operation starts* is made here.
+///
+/// ## Lists
+/// - The add-order list of unfinished operations (`operations`), linked
+///   through each operation's `QueueLink`; it owns one retain of each.
+/// - Six ready lanes, also intrusive: lane 0 holds cancelled operations
+///   whose class keeps the base `start()` (retired without a slot of
+///   `maxConcurrentOperationCount`); lanes 1 ... 5 hold ready operations by
+///   priority, very high first, first in first out within a lane.
+/// - Per barrier segment, a held list: operations that are ready but were
+///   added after a barrier that has not finished.
+///
+/// ## Barriers
+/// Operations are numbered into segments by the number of barriers added
+/// before them. A barrier gates the segment that follows it: the segment's
+/// operations start only after the barrier has finished (cancelled
+/// operations excepted, as they ignore dependencies). A barrier itself
+/// starts when every operation added before it has finished, which is when
+/// its segment becomes the front of `segments`.
+///
+/// ## Readiness
+/// An operation enters a lane only when it is ready (as its class reports it;
+/// see `OperationQueue.memberReadinessMayHaveChanged`), so picking the next
+/// operation never scans waiting ones. An operation whose readiness is the
+/// base state is re-checked when popped (a dependency may have been added
+/// since); one whose readiness is user code is trusted as last evaluated.
+///
+/// Every step is O(1) amortized, whatever the queue's length.
+/// `checkInvariants()` verifies the bookkeeping in tests.
+struct QueueState {
+    struct Lane {
+        var head: Unmanaged<Operation>?
+        var tail: Unmanaged<Operation>?
+        var count = 0
+    }
+
+    struct Segment {
+        /// The barrier that gates this segment, until it finishes.
+        var gate: Unmanaged<Operation>?
+        /// Unfinished non-barrier operations of the segment.
+        var unfinished = 0
+        /// Ready operations waiting for `gate`.
+        var held = Lane()
+    }
+
+    static let cancelledLane = 0
+    static let laneCount = 6
+
+    static func lane(forPriorityIndex index: Int) -> Int { 5 - min(4, max(0, index)) }
+
+    // MARK: Stored state
+
+    private(set) var head: Unmanaged<Operation>?
+    private(set) var tail: Unmanaged<Operation>?
+    /// Unfinished operations (`operationCount`).
+    private(set) var count = 0
+    /// The lanes, in one allocation freed by `releaseStorage()`.
+    private let lanes: UnsafeMutablePointer<Lane>
+    /// Bit `i` is set while lane `i` is not empty.
+    private(set) var nonEmptyLanes: UInt8 = 0
+    /// Operations in lanes (not counting held ones).
+    private(set) var readyCount = 0
+    /// Operations holding a slot of `maxConcurrentOperationCount`.
+    private(set) var executing = 0
+
+    /// `maxConcurrentOperationCount` as set (-1: the system decides).
+    var width = -1
+    var isSuspended = false
+
+    /// Barrier segments, oldest unfinished first; `segments[0]` is segment
+    /// number `firstSegment`.
+    private(set) var segments: [Segment] = [Segment()]
+    private(set) var firstSegment: UInt32 = 0
+
+    /// Drain loops requested from the executor but not yet running (0 or 1).
+    private(set) var pendingDrainers = 0
+    /// Drain loops running.
+    private(set) var runningDrainers = 0
+    /// Running drain loops that are inside an operation's `start()`.
+    private(set) var busyDrainers = 0
+
+    /// Finished operations removed from the list whose observers, completion
+    /// block and waiters have not all run yet.
+    private(set) var retiring = 0
+
+    /// Progress since the queue was last idle.
+    private(set) var progressTotal = 0
+    private(set) var progressCompleted = 0
+
+    /// Bound on unfinished operations (backpressure), or nil.
+    var pendingLimit: Int?
+
+    init() {
+        lanes = .allocate(capacity: Self.laneCount)
+        lanes.initialize(repeating: Lane(), count: Self.laneCount)
+    }
+
+    /// Frees the lane table. Call once, when the queue is deallocated.
+    func releaseStorage() {
+        lanes.deinitialize(count: Self.laneCount)
+        lanes.deallocate()
+    }
+
+    /// The number of operations in lane `index`.
+    func count(ofLane index: Int) -> Int { lanes[index].count }
+
+    /// The number of operations waiting behind barriers.
+    var heldCount: Int { segments.reduce(0) { $0 + $1.held.count } }
+
+    var effectiveWidth: Int { width < 0 ? Int.max : width }
+
+    /// Whether the queue holds nothing and no retirement is in flight: what
+    /// queue waiters wait for, and when the queue stops retaining itself.
+    var isIdle: Bool { count == 0 && retiring == 0 }
+
+    // MARK: The add-order list
+
+    /// Appends `operation` (which the list retains) as a member of the
+    /// current segment, or as a new barrier that gates the operations added
+    /// after it. `customReadiness` and `customStart` tell whether its
+    /// readiness and `start()` are user code.
+    mutating func link(_ operation: Operation, barrier: Bool, customReadiness: Bool, customStart: Bool) {
+        let node = Unmanaged.passRetained(operation)
+        var flags = QueueLink.Flags.linked
+        if customReadiness { flags |= QueueLink.Flags.customReadiness }
+        if customStart { flags |= QueueLink.Flags.customStart }
+        let current = firstSegment &+ UInt32(segments.count - 1)
+        operation.queueLink = QueueLink(previous: tail, segment: current)
+        if barrier {
+            flags |= QueueLink.Flags.barrier
+            segments.append(Segment(gate: node))
+        } else {
+            flags |= QueueLink.Flags.countedInSegment
+            segments[segments.count - 1].unfinished += 1
+        }
+        operation.queueLink.flags = flags
+        if let tail {
+            tail._withUnsafeGuaranteedRef { $0.queueLink.next = node }
+        } else {
+            head = node
+        }
+        tail = node
+        count += 1
+        if count == 1 && retiring == 0 && progressCompleted == progressTotal {
+            progressTotal = 0
+            progressCompleted = 0
+        }
+        progressTotal += 1
+    }
+
+    /// Removes a finished operation: frees its slot, advances barriers, and
+    /// returns the list's retain of it, which the caller releases after
+    /// unlocking (releasing may run a subclass's `deinit`). `retirementPending`
+    /// counts its observers and completion block as in flight, until
+    /// `retirementDone()`.
+    mutating func unlink(_ operation: Operation, retirementPending: Bool) -> Operation? {
+        let link = operation.queueLink
+        guard link.has(QueueLink.Flags.linked) else { return nil }
+        removeFromLane(operation)
+        if link.has(QueueLink.Flags.holdsSlot) { executing -= 1 }
+        if link.has(QueueLink.Flags.countedInSegment) {
+            segments[segmentIndex(link.segment)].unfinished -= 1
+        }
+        if link.has(QueueLink.Flags.barrier) {
+            let gated = segmentIndex(link.segment &+ 1)
+            segments[gated].gate = nil
+            releaseHeld(segment: gated)
+        }
+        if let next = link.next {
+            next._withUnsafeGuaranteedRef { $0.queueLink.previous = link.previous }
+        } else {
+            tail = link.previous
+        }
+        if let previous = link.previous {
+            previous._withUnsafeGuaranteedRef { $0.queueLink.next = link.next }
+        } else {
+            head = link.next
+        }
+        operation.queueLink = QueueLink()
+        count -= 1
+        progressCompleted += 1
+        if retirementPending { retiring += 1 }
+        advanceSegments()
+        return Unmanaged.passUnretained(operation).takeRetainedValue()
+    }
+
+    /// A retirement counted by `unlink` has finished.
+    mutating func retirementDone(_ count: Int = 1) {
+        retiring -= count
+    }
+
+    /// A thread that is inside one of this queue's retirements waits for the
+    /// queue: its own retirement must not keep it waiting (`stepAside`
+    /// true), and counts again when the wait ends (false).
+    mutating func retirementStepsAside(_ stepAside: Bool) {
+        retiring += stepAside ? -1 : 1
+    }
+
+    /// The unfinished operations in add order.
+    var operations: [Operation] {
+        var result: [Operation] = []
+        result.reserveCapacity(count)
+        var node = head
+        while let current = node {
+            result.append(current.takeUnretainedValue())
+            node = current._withUnsafeGuaranteedRef { $0.queueLink.next }
+        }
+        return result
+    }
+
+    /// The operations holding a slot (dispatched, not finished).
+    var slotHolders: [Operation] {
+        operations.filter { $0.queueLink.has(QueueLink.Flags.holdsSlot) }
+    }
+
+    // MARK: Readiness
+
+    /// Applies a readiness evaluation: `ready` and `cancelled` as the
+    /// operation's class reports them. Puts a ready operation in its lane
+    /// (or behind its barrier), takes an unready one out. Keeps the position
+    /// of an operation already in the right lane.
+    mutating func apply(_ operation: Operation, ready: Bool, cancelled: Bool) {
+        let link = operation.queueLink
+        guard link.has(QueueLink.Flags.linked), !link.has(QueueLink.Flags.dispatched) else { return }
+        guard ready else {
+            removeFromLane(operation)
+            return
+        }
+        let target = targetLane(for: operation, cancelled: cancelled)
+        if link.lane == target { return }
+        removeFromLane(operation)
+        guard let target else { return }
+        if target == QueueLink.heldLane {
+            let index = segmentIndex(link.segment)
+            push(operation, onto: &segments[index].held, lane: QueueLink.heldLane)
+        } else {
+            push(operation, lane: Int(target))
+        }
+    }
+
+    /// Where a ready operation goes: the cancelled lane (cheap path), held
+    /// behind its barrier, its priority lane, or nowhere (a barrier that
+    /// cannot start yet).
+    private func targetLane(for operation: Operation, cancelled: Bool) -> Int8? {
+        let link = operation.queueLink
+        if cancelled {
+            return link.has(QueueLink.Flags.customStart)
+                ? Int8(Self.lane(forPriorityIndex: operation.loadState().priorityIndex))
+                : Int8(Self.cancelledLane)
+        }
+        if link.has(QueueLink.Flags.barrier) {
+            guard segments[0].gate?.toOpaque() == Unmanaged.passUnretained(operation).toOpaque() else { return nil }
+        } else if segments[segmentIndex(link.segment)].gate != nil {
+            return QueueLink.heldLane
+        }
+        return Int8(Self.lane(forPriorityIndex: operation.loadState().priorityIndex))
+    }
+
+    /// A queued operation's priority changed: move it to the back of its new
+    /// lane if it is in a priority lane.
+    mutating func priorityChanged(_ operation: Operation) {
+        let lane = operation.queueLink.lane
+        guard lane > 0, lane != QueueLink.heldLane else { return }
+        let target = Self.lane(forPriorityIndex: operation.loadState().priorityIndex)
+        guard Int(lane) != target else { return }
+        removeFromLane(operation)
+        push(operation, lane: target)
+    }
+
+    // MARK: Dispatch
+
+    /// Picks the operation to start next and marks it dispatched: a cancelled
+    /// operation first (without a slot), then the highest-priority ready
+    /// operation if a slot is free. Returns nil when nothing can start.
+    mutating func popNext() -> Operation? {
+        guard !isSuspended, nonEmptyLanes != 0 else { return nil }
+        if nonEmptyLanes & 1 != 0, let node = lanes[Self.cancelledLane].head {
+            let operation = node.takeUnretainedValue()
+            removeFromLane(operation)
+            operation.queueLink.flags |= QueueLink.Flags.dispatched
+            return operation
+        }
+        guard executing < effectiveWidth else { return nil }
+        while nonEmptyLanes != 0 {
+            let lane = nonEmptyLanes.trailingZeroBitCount
+            guard let node = lanes[lane].head else { break }
+            let operation = node.takeUnretainedValue()
+            removeFromLane(operation)
+            // A base-readiness operation may have gained a dependency since it
+            // entered the lane: it comes back when that finishes.
+            if !operation.queueLink.has(QueueLink.Flags.customReadiness), !operation.loadState().isBaseReady {
+                continue
+            }
+            operation.queueLink.flags |= QueueLink.Flags.dispatched | QueueLink.Flags.holdsSlot
+            executing += 1
+            return operation
+        }
+        return nil
+    }
+
+    /// Pops up to `limit` more cancelled operations (dispatched, no slot),
+    /// for a drain loop to retire as one batch.
+    mutating func popCancelled(upTo limit: Int, into batch: inout [Operation]) {
+        guard !isSuspended else { return }
+        while batch.count < limit, let node = lanes[Self.cancelledLane].head {
+            let operation = node.takeUnretainedValue()
+            removeFromLane(operation)
+            operation.queueLink.flags |= QueueLink.Flags.dispatched
+            batch.append(operation)
+        }
+    }
+
+    /// Units of work drain loops could start now. The cancelled lane counts
+    /// as one unit however long it is: one loop retires it in batches.
+    var admissibleCount: Int {
+        guard !isSuspended else { return 0 }
+        let cancelled = lanes[Self.cancelledLane].count
+        let slots = width < 0 ? Int.max : max(0, width - executing)
+        return (cancelled > 0 ? 1 : 0) + min(readyCount - cancelled, slots)
+    }
+
+    /// Whether one more drain loop should be requested: admissible work
+    /// exceeds the running loops that are between operations, and none is
+    /// already requested. At most one request is outstanding at a time; each
+    /// loop that starts running asks again if work remains, so the number of
+    /// loops follows what the executor actually runs (blocked operations
+    /// included) without a fixed ceiling.
+    mutating func takeDrainerRequest() -> Bool {
+        guard pendingDrainers == 0, admissibleCount > runningDrainers - busyDrainers else { return false }
+        pendingDrainers = 1
+        return true
+    }
+
+    /// A requested drain loop starts running.
+    mutating func drainerStarted() {
+        pendingDrainers = 0
+        runningDrainers += 1
+    }
+
+    /// A drain loop stops.
+    mutating func drainerStopped() {
+        runningDrainers -= 1
+    }
+
+    /// A drain loop enters (true) or leaves (false) an operation's `start()`.
+    mutating func drainerBusy(_ busy: Bool) {
+        busyDrainers += busy ? 1 : -1
+    }
+
+    /// A requested drain loop could not be delivered (its executor refused it).
+    mutating func drainerRequestDropped() {
+        pendingDrainers = 0
+    }
+
+    /// Whether the queue holds operations but none can start without outside
+    /// help: nothing dispatched, nothing ready, not suspended.
+    var isStalled: Bool {
+        count > 0 && executing == 0 && readyCount == 0 && busyDrainers == 0 && !isSuspended
+    }
+
+    /// Whether `added` more operations fit under the pending limit. An empty
+    /// queue always accepts, so that a batch larger than the limit cannot
+    /// wait forever.
+    func hasRoom(for added: Int) -> Bool {
+        guard let pendingLimit, count > 0 else { return true }
+        return added <= pendingLimit - count
+    }
+
+    // MARK: Lanes
+
+    private mutating func push(_ operation: Operation, lane: Int) {
+        push(operation, onto: &lanes[lane], lane: Int8(lane))
+        nonEmptyLanes |= 1 << UInt8(lane)
+        readyCount += 1
+    }
+
+    private func push(_ operation: Operation, onto list: inout Lane, lane: Int8) {
+        let node = Unmanaged.passUnretained(operation)
+        operation.queueLink.lane = lane
+        operation.queueLink.laneNext = nil
+        operation.queueLink.lanePrevious = list.tail
+        if let tail = list.tail {
+            tail._withUnsafeGuaranteedRef { $0.queueLink.laneNext = node }
+        } else {
+            list.head = node
+        }
+        list.tail = node
+        list.count += 1
+    }
+
+    /// Takes `operation` out of whichever lane or held list holds it.
+    mutating func removeFromLane(_ operation: Operation) {
+        let lane = operation.queueLink.lane
+        guard lane != QueueLink.noLane else { return }
+        if lane == QueueLink.heldLane {
+            let index = segmentIndex(operation.queueLink.segment)
+            unlinkFromLane(operation, list: &segments[index].held)
+            return
+        }
+        unlinkFromLane(operation, list: &lanes[Int(lane)])
+        if lanes[Int(lane)].count == 0 { nonEmptyLanes &= ~(1 << UInt8(lane)) }
+        readyCount -= 1
+    }
+
+    private func unlinkFromLane(_ operation: Operation, list: inout Lane) {
+        let next = operation.queueLink.laneNext
+        let previous = operation.queueLink.lanePrevious
+        if let next {
+            next._withUnsafeGuaranteedRef { $0.queueLink.lanePrevious = previous }
+        } else {
+            list.tail = previous
+        }
+        if let previous {
+            previous._withUnsafeGuaranteedRef { $0.queueLink.laneNext = next }
+        } else {
+            list.head = next
+        }
+        operation.queueLink.laneNext = nil
+        operation.queueLink.lanePrevious = nil
+        operation.queueLink.lane = QueueLink.noLane
+        list.count -= 1
+    }
+
+    // MARK: Barrier segments
+
+    private func segmentIndex(_ segment: UInt32) -> Int {
+        Int(segment &- firstSegment)
+    }
+
+    /// Moves the held operations of segment `index` to their lanes: its
+    /// barrier has finished.
+    private mutating func releaseHeld(segment index: Int) {
+        while let node = segments[index].held.head {
+            let operation = node.takeUnretainedValue()
+            unlinkFromLane(operation, list: &segments[index].held)
+            push(operation, lane: Self.lane(forPriorityIndex: operation.loadState().priorityIndex))
+        }
+    }
+
+    /// Drops complete segments from the front; the barrier that gates the new
+    /// front segment may then start.
+    private mutating func advanceSegments() {
+        var advanced = false
+        while segments.count > 1, segments[0].unfinished == 0, segments[0].gate == nil {
+            segments.removeFirst()
+            firstSegment &+= 1
+            advanced = true
+        }
+        guard advanced, let gate = segments[0].gate else { return }
+        let barrier = gate.takeUnretainedValue()
+        // The barrier's readiness is the base state (a library class), which
+        // may be read here.
+        let state = barrier.loadState()
+        apply(barrier, ready: state.isBaseReady, cancelled: state.isCancelled)
+    }
+
+    /// Re-evaluates the front barrier after it was linked.
+    mutating func barrierLinked(_ barrier: Operation) {
+        advanceSegments()
+        if segments[0].gate?.toOpaque() == Unmanaged.passUnretained(barrier).toOpaque() {
+            let state = barrier.loadState()
+            apply(barrier, ready: state.isBaseReady, cancelled: state.isCancelled)
+        }
+    }
+
+    /// The unfinished barrier that holds `operation` back, if any: for an
+    /// ordinary operation the barrier gating its segment; a barrier itself
+    /// waits for every earlier operation instead (see `operationsBefore`).
+    func gate(of operation: Operation) -> Unmanaged<Operation>? {
+        let link = operation.queueLink
+        guard link.has(QueueLink.Flags.linked), !link.has(QueueLink.Flags.barrier) else { return nil }
+        return segments[segmentIndex(link.segment)].gate
+    }
+
+    /// The unfinished operations added before the barrier `operation`.
+    func operationsBefore(barrier operation: Operation) -> [Operation] {
+        var result: [Operation] = []
+        var node = head
+        while let current = node, current.toOpaque() != Unmanaged.passUnretained(operation).toOpaque() {
+            result.append(current.takeUnretainedValue())
+            node = current._withUnsafeGuaranteedRef { $0.queueLink.next }
+        }
+        return result
+    }
+
+    // MARK: Invariants
+
+    /// Verifies the bookkeeping. O(n); for tests and debugging. Returns a
+    /// description of the first broken invariant, or nil.
+    func checkInvariants() -> String? {
+        var listed = 0
+        var node = head
+        var previous: Unmanaged<Operation>?
+        var dispatchedWithSlot = 0
+        var perSegment: [UInt32: Int] = [:]
+        while let current = node {
+            let operation = current.takeUnretainedValue()
+            let link = operation.queueLink
+            if link.previous?.toOpaque() != previous?.toOpaque() { return "broken back link at \(operation)" }
+            if !link.has(QueueLink.Flags.linked) { return "unflagged \(operation)" }
+            if link.has(QueueLink.Flags.holdsSlot) { dispatchedWithSlot += 1 }
+            if link.has(QueueLink.Flags.dispatched), link.lane != QueueLink.noLane { return "dispatched operation in a lane" }
+            if link.has(QueueLink.Flags.countedInSegment) { perSegment[link.segment, default: 0] += 1 }
+            if link.segment &- firstSegment >= UInt32(segments.count), !link.has(QueueLink.Flags.barrier) {
+                return "operation in a dropped segment"
+            }
+            listed += 1
+            previous = current
+            node = link.next
+        }
+        if listed != count { return "count \(count) but \(listed) listed" }
+        if tail?.toOpaque() != previous?.toOpaque() { return "tail mismatch" }
+        if dispatchedWithSlot != executing { return "executing \(executing) but \(dispatchedWithSlot) hold slots" }
+        var total = 0
+        for index in 0..<Self.laneCount {
+            var length = 0
+            var item = lanes[index].head
+            while let current = item {
+                let operation = current.takeUnretainedValue()
+                if operation.queueLink.lane != Int8(index) { return "lane index mismatch in lane \(index)" }
+                length += 1
+                item = operation.queueLink.laneNext
+            }
+            if length != lanes[index].count { return "lane \(index) count \(lanes[index].count) but \(length) linked" }
+            if (nonEmptyLanes & (1 << UInt8(index)) != 0) != (length > 0) { return "bitmap wrong for lane \(index)" }
+            total += length
+        }
+        if total != readyCount { return "readyCount \(readyCount) but \(total) in lanes" }
+        for (offset, segment) in segments.enumerated() {
+            let number = firstSegment &+ UInt32(offset)
+            if segment.unfinished != perSegment[number, default: 0] {
+                return "segment \(number) counts \(segment.unfinished) but holds \(perSegment[number, default: 0])"
+            }
+            if segment.gate == nil, segment.held.count > 0 { return "ungated segment \(number) holds operations" }
+        }
+        if executing < 0 || retiring < 0 || busyDrainers < 0 || runningDrainers < busyDrainers || pendingDrainers > 1 {
+            return "negative or impossible counters"
+        }
+        return nil
+    }
+}

@@ -1,0 +1,209 @@
+import Synchronization
+
+/// One thing that happened to an operation, for instruments such as metrics
+/// (see ``OperationInstrumentation``).
+public struct OperationEvent: Sendable {
+    /// What happened.
+    public enum Kind: Sendable, Hashable {
+        /// Added to `queue`.
+        case added
+        /// Became ready (its last dependency finished, or it was cancelled).
+        case ready
+        /// Started, by its queue or by hand.
+        case started
+        /// Finished and left its queue.
+        case finished
+        /// Cancelled.
+        case cancelled
+        /// Refused by `queue`'s pending limit (`.reject`, or a
+        /// `tryAddOperation` that returned false).
+        case rejected
+    }
+
+    /// What happened.
+    public let kind: Kind
+    /// The operation.
+    public let operation: Operation
+    /// Its queue, when known.
+    public let queue: OperationQueue?
+    /// When.
+    public let time: ContinuousClock.Instant
+}
+
+/// Instruments that observe every operation's lifecycle: the hook behind the
+/// `OperationsMetrics` integration.
+///
+/// With no instrument installed, each hook costs one relaxed atomic load.
+/// Instruments are called on the thread where the event happens, never
+/// while a library lock is held; they should be quick.
+public enum OperationInstrumentation {
+    /// A registration; ``cancel()`` it (or let it go) to stop.
+    public final class Token: Sendable {
+        private let id: Int
+        init(id: Int) { self.id = id }
+
+        /// Stops the instrument. Calling it twice does nothing.
+        public func cancel() { OperationInstrumentation.remove(id) }
+
+        deinit { cancel() }
+    }
+
+    private static let instruments = LockedValue<[Int: @Sendable (OperationEvent) -> Void]>([:])
+    private static let nextID = Atomic<Int>(0)
+    private static let installed = Atomic<Bool>(false)
+
+    /// Installs `instrument`; keep the token as long as it should run.
+    public static func addInstrument(_ instrument: @escaping @Sendable (OperationEvent) -> Void) -> Token {
+        let id = nextID.add(1, ordering: .relaxed).newValue
+        instruments.withLock { $0[id] = instrument }
+        installed.store(true, ordering: .releasing)
+        return Token(id: id)
+    }
+
+    private static func remove(_ id: Int) {
+        let removed = instruments.withLock { instruments -> (@Sendable (OperationEvent) -> Void)? in
+            defer { if instruments.isEmpty { installed.store(false, ordering: .releasing) } }
+            return instruments.removeValue(forKey: id)
+        }
+        withExtendedLifetime(removed) {}
+    }
+
+    /// Whether an instrument is installed: the one load every hook pays.
+    @inline(__always)
+    static var isActive: Bool { installed.load(ordering: .relaxed) }
+
+    /// Delivers an event. Call only when `isActive`, with no library lock held.
+    static func emit(_ kind: OperationEvent.Kind, _ operation: Operation, queue: OperationQueue?) {
+        let event = OperationEvent(kind: kind, operation: operation, queue: queue, time: .now)
+        let current = instruments.withLock { Array($0.values) }
+        for instrument in current { instrument(event) }
+    }
+}
+
+/// Carries values from the code that adds an operation into the
+/// operation's body, as `Task {}` carries task-local values into a task.
+///
+/// Swift offers no way to copy *every* task-local value into code that runs
+/// later on another thread, so the library carries what is registered:
+///
+/// ```swift
+/// enum Request { @TaskLocal static var id: String? }
+/// let token = OperationContextPropagation.carry(Request.$id)
+/// Request.$id.withValue("req-42") {
+///     queue.addOperation { print(Request.id ?? "none") }   // prints "req-42"
+/// }
+/// ```
+///
+/// A registered value is captured when the operation is added (or, for an
+/// operation run by hand, when it is started), and bound around its body:
+/// `main()`, an `AsyncOperation`'s `execute()`, a `ResultOperation`'s
+/// synchronous or `async` body, a `queue.run` body, and the `start()` of a
+/// class that overrides it. It is not bound around completion blocks and
+/// observers. The `OperationsTracing` integration registers a carrier for
+/// swift-distributed-tracing's `ServiceContext` (which also carries
+/// swift-log metadata providers' values).
+public enum OperationContextPropagation {
+    /// A registration; ``cancel()`` it (or let it go) to stop carrying.
+    public final class Token: Sendable {
+        private let id: Int
+        init(id: Int) { self.id = id }
+
+        /// Stops carrying. Calling it twice does nothing.
+        public func cancel() { OperationContextPropagation.remove(id) }
+
+        deinit { cancel() }
+    }
+
+    /// One carrier, type-erased: reads the current value (for the given
+    /// operation) and returns a binder that restores it, or nil when there is
+    /// nothing to carry.
+    public typealias Capture = @Sendable (Operation) -> Binder?
+
+    private static let carriers = LockedValue<[(id: Int, capture: Capture)]>([])
+    private static let nextID = Atomic<Int>(0)
+    private static let registered = Atomic<Bool>(false)
+
+    /// Carries the task-local value `local` into operation bodies.
+    public static func carry<Value: Sendable>(_ local: TaskLocal<Value>) -> Token {
+        register { _ in
+            let value = local.get()
+            return Binder(
+                sync: { body in local.withValue(value) { body() } },
+                async: { body in await local.withValue(value) { await body() } }
+            )
+        }
+    }
+
+    /// Registers a carrier: `capture` runs in the adder's context with the
+    /// operation being added and returns a binder for the value to carry, or
+    /// nil. The binder runs around the operation's body (for example to bind
+    /// a task-local value, or to open a tracing span).
+    public static func register(_ capture: @escaping Capture) -> Token {
+        let id = nextID.add(1, ordering: .relaxed).newValue
+        carriers.withLock { $0.append((id, capture)) }
+        registered.store(true, ordering: .releasing)
+        return Token(id: id)
+    }
+
+    /// Binds a captured value around synchronous and `async` code.
+    public struct Binder: Sendable {
+        let sync: @Sendable (() -> Void) -> Void
+        let async: @Sendable (() async -> Void) async -> Void
+
+        /// Creates a binder from a function that runs its argument with the
+        /// value bound, in both forms.
+        public init(
+            sync: @escaping @Sendable (() -> Void) -> Void,
+            async: @escaping @Sendable (() async -> Void) async -> Void
+        ) {
+            self.sync = sync
+            self.async = async
+        }
+    }
+
+    private static func remove(_ id: Int) {
+        let removed = carriers.withLock { carriers -> [(id: Int, capture: Capture)] in
+            let removed = carriers.filter { $0.id == id }
+            carriers.removeAll { $0.id == id }
+            if carriers.isEmpty { registered.store(false, ordering: .releasing) }
+            return removed
+        }
+        withExtendedLifetime(removed) {}
+    }
+
+    /// Whether any carrier is registered: the one load the hot path pays.
+    @inline(__always)
+    static var isActive: Bool { registered.load(ordering: .relaxed) }
+
+    /// Captures every registered value in the calling context.
+    static func capture(for operation: Operation) -> CarriedContext? {
+        let current = carriers.withLock { $0.map(\.capture) }
+        let binders = current.compactMap { $0(operation) }
+        return binders.isEmpty ? nil : CarriedContext(binders: binders)
+    }
+}
+
+/// The values captured for one operation.
+struct CarriedContext: Sendable {
+    let binders: [OperationContextPropagation.Binder]
+
+    /// Runs `body` with every value bound.
+    func run(_ body: () -> Void) {
+        run(body, from: binders[...])
+    }
+
+    private func run(_ body: () -> Void, from rest: ArraySlice<OperationContextPropagation.Binder>) {
+        guard let first = rest.first else { return body() }
+        first.sync { run(body, from: rest.dropFirst()) }
+    }
+
+    /// Runs the `async` `body` with every value bound.
+    func run(_ body: () async -> Void) async {
+        await run(body, from: binders[...])
+    }
+
+    private func run(_ body: () async -> Void, from rest: ArraySlice<OperationContextPropagation.Binder>) async {
+        guard let first = rest.first else { return await body() }
+        await first.async { await run(body, from: rest.dropFirst()) }
+    }
+}

@@ -1,0 +1,363 @@
+// Regression tests for issue 10 ("Foundation fidelity"), in the project's own
+// words, against the Advanced-NSOperations-style fixture in
+// AdvancedOperationsFixture.swift. Tests that need API the old library lacks
+// (dependent keys, the cycle hook, KeyValueObservation) are in
+// NewAPIRegressionTests.swift and ObservableCoexistenceTests.swift.
+
+import Dispatch
+import Testing
+@testable import Operations
+#if canImport(Glibc)
+import Glibc
+#elseif canImport(Musl)
+import Musl
+#endif
+
+// MARK: - Overridden getters are the truth
+
+@Suite("Issue 10: overridden getters are the truth")
+struct OverriddenGettersTests {
+    @Test("issue 10 bullet 1: a DelayOperation's dependents start only after the delay")
+    func dependentsOfDelayWait() {
+        let delay = DelayOperation(.milliseconds(200))
+        let dependentStarted = Box<UInt64?>(nil)
+        let dependent = BlockOperation { dependentStarted.value = nowNanoseconds() }
+        dependent.addDependency(delay)
+        let queue = makeQueue("delay")
+        queue.addOperations([delay, dependent], waitUntilFinished: false)
+        #expect(dependent.waitUntilFinished(timeout: patience))
+        #expect(delay.isFinished && delay.finishCalls.count == 1)
+        if let began = delay.executeBegan.value, let started = dependentStarted.value {
+            let waited = Double(Int64(started) - Int64(began)) / 1e6
+            // asyncAfter never fires early: a dependent that honours the
+            // overridden isFinished starts at least 200 ms after execute().
+            #expect(waited >= 200, "the dependent started \(waited) ms after the delay began, before the delay's isFinished was true")
+        } else {
+            Issue.record("the delay did not execute or the dependent did not run")
+        }
+        #expect(queue.waitUntilAllOperationsAreFinished(timeout: patience))
+    }
+
+    @Test("issue 10 bullet 1: operationCount, waitUntilFinished and dependents wait until the overridden isFinished is true")
+    func operationCountStaysUntilReallyFinished() {
+        let op = GatedOperation()
+        let dependent = BlockOperation {}
+        dependent.addDependency(op)
+        let queue = makeQueue("gated-count")
+        let other = makeQueue("gated-dependent")
+        queue.addOperation(op)
+        other.addOperation(dependent)
+        #expect(op.executing.wait())
+        #expect(staysFalse { queue.operationCount == 0 }, "operationCount dropped while the operation's isFinished was still false")
+        #expect(!op.waitUntilFinished(timeout: .milliseconds(50)), "waitUntilFinished returned while isFinished was false")
+        #expect(!dependent.isFinished && !dependent.isExecuting, "the dependent ran before its dependency's isFinished was true")
+        #expect(!op.isFinished)
+        op.gate.open()
+        #expect(op.waitUntilFinished(timeout: patience))
+        #expect(dependent.waitUntilFinished(timeout: patience))
+        #expect(queue.waitUntilAllOperationsAreFinished(timeout: patience))
+        #expect(queue.operationCount == 0)
+    }
+
+    @Test("issue 10 bullet 1: mutually exclusive operations never overlap")
+    func mutualExclusionHolds() {
+        let registry = ExclusivityRegistry()
+        let tracker = ConcurrencyTracker()
+        let ops = (0..<3).map { _ in GatedOperation() }
+        for op in ops {
+            op.tracker = tracker
+            registry.add(op, category: "exclusive")
+        }
+        let queue = makeQueue("exclusive")
+        queue.addOperations(ops, waitUntilFinished: false)
+        #expect(ops[0].executing.wait())
+        #expect(staysFalse { ops[1].executing.opened || ops[2].executing.opened }, "a second exclusive operation started while the first was still executing")
+        for (index, op) in ops.enumerated() {
+            #expect(op.executing.wait(), "exclusive operation \(index) never started")
+            op.gate.open()
+        }
+        #expect(queue.waitUntilAllOperationsAreFinished(timeout: patience))
+        #expect(tracker.maximum == 1, "\(tracker.maximum) exclusive operations ran at once")
+        #expect(ops.allSatisfy { $0.finishCalls.count == 1 })
+    }
+
+    @Test("issue 10 bullet 1: a group finishes when its internal queue has run its children; the outer queue counts it until then")
+    func groupFinishesWhenDrained() {
+        let children = (0..<3).map { _ in GatedOperation() }
+        let group = GroupingOperation(children: children)
+        let dependentRan = Gate()
+        let dependent = BlockOperation { dependentRan.open() }
+        dependent.addDependency(group)
+        let queue = makeQueue("group-outer")
+        queue.addOperations([group, dependent], waitUntilFinished: false)
+        for child in children { #expect(child.executing.wait()) }
+        #expect(staysFalse { dependentRan.opened || queue.operationCount < 2 }, "the group's dependent ran, or the group left the queue, while its children were still running")
+        #expect(!group.isFinished)
+        children[0].gate.open()
+        children[1].gate.open()
+        #expect(staysFalse { dependentRan.opened }, "the group's dependent ran with a child still running")
+        children[2].gate.open()
+        #expect(dependentRan.wait())
+        #expect(group.isFinished && group.finishCalls.count == 1)
+        #expect(queue.waitUntilAllOperationsAreFinished(timeout: patience))
+    }
+}
+
+// MARK: - start() is called on every dequeued operation
+
+@Suite("Issue 10: start() is always called, exactly once")
+struct StartAlwaysCalledTests {
+    @Test("issue 10 bullet 2: a queue calls start() exactly once on every operation it dequeues, cancelled ones included; the cancelled one's own finish() runs and its observers are told")
+    func startCalledOnCancelledOperations() {
+        let queue = makeQueue("start-always")
+        queue.isSuspended = true
+        let ops = (0..<3).map { _ in GatedOperation() }
+        for op in ops { op.gate.open() }
+        let finishedSeen = Recorder<Int>()
+        let completions = Counter()
+        var tokens: [AnyObject] = []
+        for (index, op) in ops.enumerated() {
+            tokens.append(op.observe(key: "isFinished", options: [.new]) { _, change in
+                if (change.newValue ?? nil) as? Bool == true { finishedSeen.record(index) }
+            })
+            op.completionBlock = { completions.increment() }
+        }
+        queue.addOperations(ops, waitUntilFinished: false)
+        ops[1].cancel()
+        #expect(ops[1].isCancelled)
+        queue.isSuspended = false
+        #expect(queue.waitUntilAllOperationsAreFinished(timeout: patience))
+        for (index, op) in ops.enumerated() {
+            #expect(op.startCalls.count == 1, "operation \(index): start() called \(op.startCalls.count) times")
+            #expect(op.finishCalls.count == 1, "operation \(index): its own finish() ran \(op.finishCalls.count) times")
+            #expect(op.isFinished)
+        }
+        #expect(ops[1].executeCalls.count == 0, "the cancelled operation executed")
+        #expect(ops[0].executeCalls.count == 1 && ops[2].executeCalls.count == 1)
+        #expect(Set(finishedSeen.events) == [0, 1, 2], "isFinished observers told: \(finishedSeen.events)")
+        #expect(completions.count == 3)
+        withExtendedLifetime(tokens) {}
+    }
+
+    @Test("issue 10 bullet 2: a cancelled operation whose unfinished dependency never runs still gets start(), once")
+    func startCalledOnCancelledOperationWithUnfinishedDependency() {
+        let never = BlockOperation {}
+        let op = GatedOperation()
+        op.addDependency(never)
+        let queue = makeQueue("start-cancelled-dependency")
+        queue.addOperation(op)
+        op.cancel()
+        #expect(queue.waitUntilAllOperationsAreFinished(timeout: patience), "a cancelled operation waiting on a dependency was never retired")
+        #expect(op.startCalls.count == 1)
+        #expect(op.finishCalls.count == 1 && op.executeCalls.count == 0)
+    }
+
+    @Test("issue 10 bullet 2: at width 1, a cancelled operation that overrides start() waits for the executing one")
+    func cancelledOverrideWaitsForSlot() {
+        let queue = makeQueue("serial-cancelled", width: 1)
+        let running = GatedOperation()
+        let cancelled = GatedOperation()
+        cancelled.gate.open()
+        queue.addOperations([running, cancelled], waitUntilFinished: false)
+        #expect(running.executing.wait())
+        cancelled.cancel()
+        #expect(staysFalse { cancelled.startCalls.count > 0 }, "the cancelled operation's start() ran while another operation executed on a width-1 queue")
+        running.gate.open()
+        #expect(queue.waitUntilAllOperationsAreFinished(timeout: patience))
+        #expect(cancelled.startCalls.count == 1 && cancelled.finishCalls.count == 1)
+    }
+}
+
+// MARK: - Dependency cycles follow Foundation
+
+/// a → b → c → a (each depends on the next) in a queue: kept, never run,
+/// named by diagnostics; cancelling c breaks it and the others run.
+func scenarioCycleKeptAndBrokenByCancel() {
+    let log = Recorder<String>()
+    let a = BlockOperation { log.record("a") }
+    let b = BlockOperation { log.record("b") }
+    let c = BlockOperation { log.record("c") }
+    a.name = "cycle-a"
+    b.name = "cycle-b"
+    c.name = "cycle-c"
+    a.addDependency(b)
+    b.addDependency(c)
+    c.addDependency(a)
+    #expect(a.dependencies == [b] && b.dependencies == [c] && c.dependencies == [a], "an edge of the cycle was not kept")
+    let queue = OperationQueue()
+    queue.name = "holds-a-loop"
+    queue.addOperations([a, b, c], waitUntilFinished: false)
+    #expect(!queue.waitUntilAllOperationsAreFinished(timeout: .milliseconds(100)), "operations on a cycle ran")
+    #expect(log.events.isEmpty)
+    let report = queue.diagnostics()
+    #expect(report.contains("cycle"), "diagnostics do not name the cycle:\n\(report)")
+    for name in ["cycle-a", "cycle-b", "cycle-c"] {
+        #expect(report.contains("\"\(name)\""), "diagnostics do not name \(name):\n\(report)")
+    }
+    c.cancel()
+    #expect(queue.waitUntilAllOperationsAreFinished(timeout: patience), "cancelling a member did not break the cycle")
+    #expect(log.events == ["b", "a"])
+}
+
+/// An operation made its own dependency: kept, never ready until cancelled.
+func scenarioSelfDependencyKept() {
+    let ran = Counter()
+    let op = BlockOperation { ran.increment() }
+    op.addDependency(op)
+    #expect(op.dependencies == [op])
+    #expect(!op.isReady)
+    let queue = OperationQueue()
+    queue.addOperation(op)
+    #expect(!queue.waitUntilAllOperationsAreFinished(timeout: .milliseconds(100)))
+    op.cancel()
+    #expect(queue.waitUntilAllOperationsAreFinished(timeout: patience))
+    #expect(ran.count == 0 && op.isFinished)
+}
+
+/// A blocking wait that cannot end because of a cycle prints the hang
+/// report, naming the cycle, after OPERATIONS_WAIT_WARNING_SECONDS. The
+/// child captures its own standard error through a pipe.
+func scenarioCycleWaitIsReported() {
+    setenv("OPERATIONS_WAIT_WARNING_SECONDS", "0.2", 1)
+    let a = BlockOperation {}
+    let b = BlockOperation {}
+    a.name = "reported-a"
+    b.name = "reported-b"
+    a.addDependency(b)
+    b.addDependency(a)
+    let queue = OperationQueue()
+    queue.name = "reported-queue"
+    queue.addOperations([a, b], waitUntilFinished: false)
+
+    var fds: [Int32] = [0, 0]
+    guard pipe(&fds) == 0 else {
+        Issue.record("pipe() failed")
+        return
+    }
+    let savedStandardError = dup(2)
+    dup2(fds[1], 2)
+    _ = fcntl(fds[0], F_SETFL, fcntl(fds[0], F_GETFL) | O_NONBLOCK)
+
+    let waitReturned = Gate()
+    spawnThread {
+        a.waitUntilFinished()
+        waitReturned.open()
+    }
+    var captured: [UInt8] = []
+    var chunk = [UInt8](repeating: 0, count: 4096)
+    let clock = ContinuousClock()
+    let deadline = clock.now + patience
+    while clock.now < deadline {
+        let count = read(fds[0], &chunk, chunk.count)
+        if count > 0 { captured += chunk[0..<count] }
+        let soFar = String(decoding: captured, as: UTF8.self)
+        if soFar.contains("cycle"), soFar.contains("\"reported-a\""), soFar.contains("\"reported-b\"") { break }
+        usleep(1_000)
+    }
+    dup2(savedStandardError, 2)
+    let text = String(decoding: captured, as: UTF8.self)
+    childLog(text)
+    #expect(text.contains("cycle") && text.contains("\"reported-a\"") && text.contains("\"reported-b\""),
+            "no hang report naming the cycle within \(patience):\n\(text)")
+    a.cancel()
+    #expect(waitReturned.wait(), "the wait did not end after the cycle was broken")
+    #expect(queue.waitUntilAllOperationsAreFinished(timeout: patience))
+}
+
+@Suite("Issue 10: dependency cycles follow Foundation")
+struct FoundationCycleTests {
+    @Test("issue 10 bullet 3: a → b → c → a is kept (no trap), never runs, is named by diagnostics, and cancelling c breaks it")
+    func cycleKeptAndBroken() async {
+        await #expect(processExitsWith: .success) { scenarioCycleKeptAndBrokenByCancel() }
+    }
+
+    @Test("issue 10 bullet 3: a self-dependency is kept (no trap) and cancelling breaks it")
+    func selfDependencyKept() async {
+        await #expect(processExitsWith: .success) { scenarioSelfDependencyKept() }
+    }
+
+    @Test("issue 10 bullet 3: a wait that cannot end because of a cycle prints a hang report naming the cycle")
+    func cycleWaitReported() async {
+        await #expect(processExitsWith: .success) { scenarioCycleWaitIsReported() }
+    }
+}
+
+// MARK: - Order at finish
+
+@Suite("Issue 10: order at finish")
+struct OrderAtFinishTests {
+    /// What an observer or completion block saw of the queue and dependents.
+    struct Sighting: Sendable, Equatable {
+        var countsInQueue: Bool
+        var listedInQueue: Bool
+        var dependentReady: Bool
+    }
+
+    @Test("issue 10 bullet 4: isFinished observers and the completion block run after the operation left its queue and released its dependents; waits return after the completion block")
+    func orderAtFinishForBlockOperation() {
+        let queue = makeQueue("finish-order")
+        let op = BlockOperation {}
+        let dependent = BlockOperation {}
+        dependent.addDependency(op)
+        let inObserver = Box<Sighting?>(nil)
+        let inCompletion = Box<Sighting?>(nil)
+        let completionDone = Counter()
+        @Sendable func look() -> Sighting {
+            Sighting(
+                countsInQueue: queue.operationCount > 0,
+                listedInQueue: queue.operations.contains(op),
+                dependentReady: dependent.isReady
+            )
+        }
+        let token = op.observe(\.isFinished, options: [.new]) { _, change in
+            if change.newValue == true { inObserver.value = look() }
+        }
+        op.completionBlock = {
+            inCompletion.value = look()
+            completionDone.increment()
+        }
+        queue.addOperation(op)
+        #expect(op.waitUntilFinished(timeout: patience))
+        #expect(completionDone.count == 1, "waitUntilFinished returned before the completion block ran")
+        #expect(queue.waitUntilAllOperationsAreFinished(timeout: patience))
+        let expected = Sighting(countsInQueue: false, listedInQueue: false, dependentReady: true)
+        #expect(inObserver.value == expected, "in the isFinished observer")
+        #expect(inCompletion.value == expected, "in the completion block")
+        withExtendedLifetime(token) {}
+    }
+
+    @Test("issue 10 bullet 4: the same order for an operation that announces its own finish")
+    func orderAtFinishForAnnouncedFinish() {
+        let queue = makeQueue("announced-finish-order")
+        let op = GatedOperation()
+        let dependent = BlockOperation {}
+        dependent.addDependency(op)
+        let inObserver = Box<Sighting?>(nil)
+        let inCompletion = Box<Sighting?>(nil)
+        let token = op.observe(key: "isFinished", options: [.new]) { _, change in
+            guard (change.newValue ?? nil) as? Bool == true else { return }
+            inObserver.value = Sighting(
+                countsInQueue: queue.operationCount > 0,
+                listedInQueue: queue.operations.contains(op),
+                dependentReady: dependent.isReady
+            )
+        }
+        op.completionBlock = {
+            inCompletion.value = Sighting(
+                countsInQueue: queue.operationCount > 0,
+                listedInQueue: queue.operations.contains(op),
+                dependentReady: dependent.isReady
+            )
+        }
+        queue.addOperation(op)
+        #expect(op.executing.wait())
+        op.gate.open()
+        #expect(op.waitUntilFinished(timeout: patience))
+        #expect(inCompletion.value != nil, "waitUntilFinished returned before the completion block ran")
+        #expect(queue.waitUntilAllOperationsAreFinished(timeout: patience))
+        let expected = Sighting(countsInQueue: false, listedInQueue: false, dependentReady: true)
+        #expect(inObserver.value == expected, "in the isFinished observer")
+        #expect(inCompletion.value == expected, "in the completion block")
+        withExtendedLifetime(token) {}
+    }
+}
