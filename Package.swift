@@ -38,3 +38,12 @@ let package = Package(
     ],
     swiftLanguageModes: [.v6]
 )
+
+// Documentation: `OPERATIONS_DOCS=1 swift package generate-documentation --target Operations`
+// (or `bash Scripts/check-docs.sh`). The DocC plugin is added only when OPERATIONS_DOCS is set,
+// so a package that depends on this one never fetches or resolves swift-docc-plugin.
+if Context.environment["OPERATIONS_DOCS"] != nil {
+    package.dependencies.append(
+        .package(url: "https://github.com/swiftlang/swift-docc-plugin", from: "1.5.0")
+    )
+}
