@@ -52,6 +52,21 @@ extension OperationQueue {
         effects.perform(on: self)
     }
 
+    /// The readiness of several members may have changed (a batch of
+    /// `cancelAllOperations()`): like `memberReadinessMayHaveChanged` for
+    /// each, in one lock acquisition. Only for operations whose readiness is
+    /// the base state (their class does not override `isReady`).
+    final func membersReadinessMayHaveChanged(_ operations: [Operation]) {
+        lock.lock()
+        for operation in operations {
+            let current = operation.loadState()
+            state.apply(operation, ready: current.isBaseReady, cancelled: current.isCancelled)
+        }
+        let effects = takeEffectsLocked()
+        lock.unlock()
+        effects.perform(on: self)
+    }
+
     /// A queued operation's priority changed.
     final func memberPriorityChanged(_ operation: Operation) {
         lock.withLock { state.priorityChanged(operation) }

@@ -4,8 +4,16 @@
 extension Operation {
     /// The base `cancel()`.
     final func performCancel() {
+        cancelWithoutQueueNews()?.memberReadinessMayHaveChanged(self)
+    }
+
+    /// The base `cancel()`, except that the owning queue is not told: returns
+    /// the queue to tell that the operation's readiness may have changed, or
+    /// nil if nothing changed or no queue owns it. `cancelAllOperations()`
+    /// tells its queue once for a batch.
+    final func cancelWithoutQueueNews() -> OperationQueue? {
         let snapshot = loadState()
-        guard !snapshot.isCancelled, !snapshot.isFinished else { return }
+        guard !snapshot.isCancelled, !snapshot.isFinished else { return nil }
         // As in Foundation, cancelling an operation that has not started
         // announces `isReady` too (it is ready now, whatever its dependencies).
         let keys = snapshot.hasBaseStarted ? ["isCancelled"] : ["isCancelled", "isReady"]
@@ -24,11 +32,11 @@ extension Operation {
         }
         // The same keys as announced, whatever happened in between.
         if observed { notifyDidChange(keys) }
-        guard changed else { return }
+        guard changed else { return nil }
         if TraceRecorder.isActive { TraceRecorder.shared.record(.cancelled, self, queue: nil) }
         if OperationInstrumentation.isActive { OperationInstrumentation.emit(.cancelled, self, queue: queue) }
         for handler in handlers { handler() }
-        queue?.memberReadinessMayHaveChanged(self)
+        return queue
     }
 
     /// A subclass announced `isCancelled`: if its getter reports true, run

@@ -304,8 +304,34 @@ open class OperationQueue: @unchecked Sendable {
     /// expected to stop early.
     open func cancelAllOperations() {
         let snapshot = lock.withLock { state.operations }
-        for operation in snapshot { operation.cancel() }
+        // Operations whose class keeps the base `cancel()` and `isReady` are
+        // moved to the cancelled lane in batches, one lock acquisition each;
+        // an overridden `cancel()` is called as is.
+        var batch: [Operation] = []
+        batch.reserveCapacity(min(snapshot.count, Self.cancelBatchSize))
+        for operation in snapshot {
+            if operation.overrides(.cancel) {
+                operation.cancel()
+                continue
+            }
+            guard let queue = operation.cancelWithoutQueueNews() else { continue }
+            guard queue === self, !operation.overrides(.isReady) else {
+                queue.memberReadinessMayHaveChanged(operation)
+                continue
+            }
+            batch.append(operation)
+            if batch.count == Self.cancelBatchSize {
+                membersReadinessMayHaveChanged(batch)
+                batch.removeAll(keepingCapacity: true)
+            }
+        }
+        if !batch.isEmpty { membersReadinessMayHaveChanged(batch) }
     }
+
+    /// How many cancelled operations `cancelAllOperations()` moves per lock
+    /// acquisition: large enough to amortize the lock, small enough that
+    /// drain loops are not held back.
+    private static let cancelBatchSize = 256
 
     // MARK: Waiting
 

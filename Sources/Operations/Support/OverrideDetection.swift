@@ -1,14 +1,18 @@
 /// Which of `Operation`'s overridable members a class overrides.
 ///
-/// Foundation lets a subclass replace `start()`, `isReady`, `isExecuting` and
-/// `isFinished`, and the queue must then act on what those members return. The library needs to know *whether* a class overrides one
-/// of them, for two reasons:
+/// Foundation lets a subclass replace `start()`, `cancel()`, `isReady`,
+/// `isExecuting` and `isFinished`, and the queue must then act on what those
+/// members do and return. The library needs to know *whether* a class
+/// overrides one of them, for three reasons:
 /// - an overridden getter is user code, which must never run under a library
 ///   lock, while the base getter is a plain atomic load that may;
 /// - a cancelled operation whose class keeps the base `start()` can be
 ///   retired without a concurrency slot, because no user code can observe the
 ///   difference, while one that overrides `start()` must be started in its
-///   turn.
+///   turn;
+/// - `cancelAllOperations()` cancels the operations whose class keeps the
+///   base `cancel()` in one batch (one queue lock for all of them), and calls
+///   an overridden `cancel()` one operation at a time.
 ///
 /// ## How
 /// Swift keeps a class's overridable members in a table inside its type
@@ -33,6 +37,7 @@ enum OverrideDetection {
         case isReady
         case isExecuting
         case isFinished
+        case cancel
     }
 
     /// Word offsets of the members' table entries in class metadata, and
@@ -40,8 +45,8 @@ enum OverrideDetection {
     /// on the hot path); `isPrecise` false when the experiment failed.
     private struct Table: Sendable {
         var isPrecise = false
-        var slots: (Int, Int, Int, Int) = (0, 0, 0, 0)
-        var baseEntries: (UInt, UInt, UInt, UInt) = (0, 0, 0, 0)
+        var slots: (Int, Int, Int, Int, Int) = (0, 0, 0, 0, 0)
+        var baseEntries: (UInt, UInt, UInt, UInt, UInt) = (0, 0, 0, 0, 0)
 
         @inline(__always)
         func slot(_ member: Member) -> (offset: Int, base: UInt) {
@@ -50,6 +55,7 @@ enum OverrideDetection {
             case .isReady: return (slots.1, baseEntries.1)
             case .isExecuting: return (slots.2, baseEntries.2)
             case .isFinished: return (slots.3, baseEntries.3)
+            case .cancel: return (slots.4, baseEntries.4)
             }
         }
     }
@@ -122,6 +128,7 @@ enum OverrideDetection {
             (.isReady, ProbeIsReady.self),
             (.isExecuting, ProbeIsExecuting.self),
             (.isFinished, ProbeIsFinished.self),
+            (.cancel, ProbeCancel.self),
         ]
         var slots = [Int](repeating: -1, count: Member.allCases.count)
         for (member, probe): (Member, AnyClass) in probes {
@@ -145,8 +152,8 @@ enum OverrideDetection {
         }
         return Table(
             isPrecise: true,
-            slots: (slots[0], slots[1], slots[2], slots[3]),
-            baseEntries: (base[slots[0]], base[slots[1]], base[slots[2]], base[slots[3]])
+            slots: (slots[0], slots[1], slots[2], slots[3], slots[4]),
+            baseEntries: (base[slots[0]], base[slots[1]], base[slots[2]], base[slots[3]], base[slots[4]])
         )
     }
 }
@@ -165,4 +172,7 @@ private final class ProbeIsExecuting: Operation, @unchecked Sendable {
 }
 private final class ProbeIsFinished: Operation, @unchecked Sendable {
     override var isFinished: Bool { false }
+}
+private final class ProbeCancel: Operation, @unchecked Sendable {
+    override func cancel() {}
 }

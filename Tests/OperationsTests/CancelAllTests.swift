@@ -1,0 +1,53 @@
+import Testing
+@testable import Operations
+
+/// `cancelAllOperations()` cancels operations of plain classes in batches and
+/// calls an overridden `cancel()` one operation at a time; either way every
+/// operation is cancelled once, started once, and leaves the queue.
+@Suite("cancelAllOperations")
+struct CancelAllTests {
+    /// Counts the calls of its own `cancel()` and `start()`, and forwards both.
+    final class CountingCancel: Operation, @unchecked Sendable {
+        let cancels = Counter()
+        let starts = Counter()
+        override func cancel() {
+            cancels.increment()
+            super.cancel()
+        }
+        override func start() {
+            starts.increment()
+            super.start()
+        }
+    }
+
+    /// Its readiness is user code (it overrides `isReady`), so the queue
+    /// reads it outside its lock, one operation at a time.
+    final class Gated: Operation, @unchecked Sendable {
+        override var isReady: Bool { super.isReady }
+    }
+
+    @Test("an overridden cancel() is called once per operation, plain ones are cancelled in batches, and all retire")
+    func mixedClasses() {
+        let queue = makeQueue("cancel-all-mixed", width: 1)
+        queue.isSuspended = true
+        let counting = (0..<5).map { _ in CountingCancel() }
+        let plain = (0..<1_000).map { _ in BlockOperation { Issue.record("a cancelled block ran") } }
+        let gated = (0..<5).map { _ in Gated() }
+        let ran = Counter()
+        let blocker = BlockOperation { ran.increment() }
+        // Plain operations that wait for a dependency that never runs.
+        let neverRuns = BlockOperation {}
+        for operation in plain.prefix(10) { operation.addDependency(neverRuns) }
+        queue.addOperations(counting + plain + gated, waitUntilFinished: false)
+        queue.cancelAllOperations()
+        #expect(counting.allSatisfy { $0.cancels.count == 1 && $0.isCancelled })
+        #expect(plain.allSatisfy(\.isCancelled) && gated.allSatisfy(\.isCancelled))
+        queue.addOperation(blocker)
+        queue.isSuspended = false
+        #expect(queue.waitUntilAllOperationsAreFinished(timeout: patience))
+        #expect(counting.allSatisfy { $0.starts.count == 1 && $0.isFinished })
+        #expect(plain.allSatisfy(\.isFinished) && gated.allSatisfy(\.isFinished))
+        #expect(ran.count == 1 && queue.operationCount == 0)
+        expectQueueInvariants(queue)
+    }
+}
