@@ -123,7 +123,8 @@ extension OperationQueue {
 
     /// The queue's events (operations added, started and finished;
     /// suspension; draining) as an asynchronous sequence, from now until the
-    /// consumer stops iterating.
+    /// consumer stops iterating or the queue is deallocated (the sequence
+    /// then ends).
     ///
     /// Events arrive in the order the queue's state changed: an operation is
     /// `added` before it is `started`, and `finished` before the queue
@@ -188,6 +189,14 @@ enum EventSink: Sendable {
         switch self {
         case .plain(let continuation): continuation.yield(event)
         case .timed(let continuation): continuation.yield(OperationQueue.TimedEvent(time: time, event: event))
+        }
+    }
+
+    /// Ends the subscriber's sequence (its queue is gone).
+    func finish() {
+        switch self {
+        case .plain(let continuation): continuation.finish()
+        case .timed(let continuation): continuation.finish()
         }
     }
 }

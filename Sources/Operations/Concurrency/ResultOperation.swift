@@ -265,7 +265,19 @@ open class ResultOperation<Success: Sendable, Failure: Error>: Operation, @unche
     /// Hands the inputs to the releasing walk of `deinit` (a long chain of
     /// `ResultOperation(after:)` released unrun must not recurse).
     override func releasableOperations() -> OperationList {
-        withStateLock { _ in inputs.take() }
+        var (taken, outcome) = withStateLock { _ in
+            let outcome = storedResult
+            storedResult = nil
+            return (inputs.take(), outcome)
+        }
+        // A body may have rethrown an input's `DependencyError`, which names
+        // that input: hold it before the error is released (see
+        // `takeEdgesForRelease`).
+        if case .failure(let error)? = outcome, let reason = error as? DependencyError {
+            taken.append(reason.dependency)
+        }
+        outcome = nil
+        return taken
     }
 
     /// Whether this operation finished with a value.

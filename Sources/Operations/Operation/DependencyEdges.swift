@@ -208,10 +208,10 @@ extension Operation {
     /// chain of operations), emptying them. Called only when nothing but the
     /// caller references the operation.
     private func takeEdgesForRelease() -> OperationList {
-        let (dependencies, counted) = withStateLock { state -> (OperationList, Bool) in
+        var (dependencies, counted, errors) = withStateLock { state -> (OperationList, Bool, [any Error]) in
             let counted = state.unfinishedDependencies > 0
             state.clearDependencies()
-            return (storedDependencies.take(), counted)
+            return (storedDependencies.take(), counted, extras?.takeErrors() ?? [])
         }
         if counted {
             dependencies.forEach { dependency in
@@ -219,7 +219,14 @@ extension Operation {
                 dependency.withStateLock { _ in _ = dependency.storedDependents.remove(self) }
             }
         }
-        return dependencies.appending(contentsOf: releasableOperations())
+        var released = dependencies.appending(contentsOf: releasableOperations())
+        // A failure policy's errors name the dependency that failed, whose own
+        // failure names the one before it: a chain as long as the pipeline.
+        // The walk holds each named operation before the error that names it
+        // is released, so that releasing the error frees no operation here.
+        for case let reason as DependencyError in errors { released.append(reason.dependency) }
+        errors.removeAll()
+        return released
     }
 
 }

@@ -2,8 +2,11 @@ extension Operation {
     /// Blocks until the operation has finished (and its completion block
     /// has run) or `timeout` passes. Returns whether it finished.
     ///
-    /// Any timeout works, including `.zero` and durations too large to
-    /// represent as a deadline (treated as no deadline).
+    /// Any timeout works, including `.zero` (which only reads the state)
+    /// and durations too large to represent as a deadline (treated as no
+    /// deadline). A wait with a deadline always ends, so it is never reported
+    /// as ``OperationMisuse/Code/waitDeadlock``: if the operation can only
+    /// finish after the caller, it returns false at the deadline.
     @available(*, noasync, message: "Blocks a thread; in async code use `await operation.finished()`.")
     public func waitUntilFinished(timeout: Duration) -> Bool {
         performWait(deadline: Deadline(after: timeout))
@@ -23,19 +26,27 @@ extension Operation {
         if context.isMainThread, let queue = owningQueueForAnalysis(), queue.runsOnMainThread {
             return queue.runOnCallingThread(until: { [unowned self] in self.loadState().isRetired }, deadline: deadline)
         }
-        let record = WaitRegistry.Record(running: context.runningOperations, target: .operation(self))
-        if let reason = WaitRegistry.shared.begin(record) {
+        if let deadline, deadline.hasPassed() { return loadState().isRetired }
+        // Only a wait without a deadline can block forever: it is checked
+        // (and registered, for other waits' checks). A bounded wait ends by
+        // itself, so it neither is reported nor counts as blocking its thread.
+        let record = deadline == nil ? WaitRegistry.Record(running: context.runningOperations, target: .operation(self)) : nil
+        if let record, let reason = WaitRegistry.shared.begin(record) {
             OperationMisuse.report(.waitDeadlock, subject: misuseSubject, "is waited for (waitUntilFinished) but can never finish: the wait \(reason)")
             return false
         }
-        defer { WaitRegistry.shared.end(record) }
+        defer { if let record { WaitRegistry.shared.end(record) } }
         let signal = WaitSignal()
         guard let key = addRetireWaiter({ signal.signal() }) else { return true }
-        let retired = WorkerPool.shared.blocking {
-            HangReport.wait(on: signal, deadline: deadline) { self.hangDescription() }
+        let outcome = WorkerPool.shared.blocking {
+            WaitRegistry.block(on: signal, deadline: deadline, record: record) { self.hangDescription() }
         }
-        if !retired { removeRetireWaiter(key) }
-        return retired
+        guard outcome != .signalled else { return true }
+        removeRetireWaiter(key)
+        if case .neverEnds(let reason) = outcome {
+            OperationMisuse.report(.waitDeadlock, subject: misuseSubject, "is waited for (waitUntilFinished) but can never finish: the wait \(reason)")
+        }
+        return false
     }
 
     /// What a stuck wait for this operation reports: the operation and its queue.

@@ -388,6 +388,16 @@ final class OperationExtras {
     var dependencyErrors: [DependencyError] = []
     /// Values carried from the code that added it (`OperationContextPropagation`).
     var carriedContext: CarriedContext?
+
+    /// Takes `failure` and `dependencyErrors` (the operation is being
+    /// released), for the caller to drop outside the lock.
+    func takeErrors() -> [any Error] {
+        var errors: [any Error] = dependencyErrors
+        if let failure { errors.append(failure) }
+        failure = nil
+        dependencyErrors = []
+        return errors
+    }
 }
 
 /// Callbacks registered until an event, each removable by its key (so that a

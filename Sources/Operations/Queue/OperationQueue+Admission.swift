@@ -147,8 +147,15 @@ extension OperationQueue {
             return false
         }
         defer { WaitRegistry.shared.end(record) }
-        _ = WorkerPool.shared.blocking {
-            HangReport.wait(on: signal, deadline: nil) { "addOperation waits for room under the pending limit of:\n" + self.diagnostics().description }
+        let outcome = WorkerPool.shared.blocking {
+            WaitRegistry.block(on: signal, deadline: nil, record: record) {
+                "addOperation waits for room under the pending limit of:\n" + self.diagnostics().description
+            }
+        }
+        if case .neverEnds(let reason) = outcome {
+            lock.withLock { roomWaiters.removeAll { $0.key == key } }
+            OperationMisuse.report(.waitDeadlock, subject: misuseSubject, "is full (pending limit) and the add can never proceed: it \(reason) The operations were not added.")
+            return false
         }
         return true
     }

@@ -4,8 +4,11 @@ extension OperationQueue {
     ///
     /// Like ``waitUntilAllOperationsAreFinished()``, with a bound: useful in
     /// tests and wherever a hang must become a diagnosable failure. Any
-    /// timeout works, including `.zero` and durations too large to represent
-    /// as a deadline (treated as no deadline).
+    /// timeout works, including `.zero` (which only reads the state) and
+    /// durations too large to represent as a deadline (treated as no
+    /// deadline). A wait with a deadline always ends, so it is never reported
+    /// as ``OperationMisuse/Code/waitDeadlock``: if the queue can only drain
+    /// after the caller, it returns false at the deadline.
     @available(*, noasync, message: "Blocks a thread; in async code use `await queue.drained()`.")
     public func waitUntilAllOperationsAreFinished(timeout: Duration) -> Bool {
         waitUntilIdle(deadline: Deadline(after: timeout))
@@ -22,13 +25,16 @@ extension OperationQueue {
         if runsOnMainThread, context.isMainThread {
             return runOnCallingThread(until: { [unowned self] in self.lock.withLock { self.state.isIdle } }, deadline: deadline)
         }
+        if let deadline, deadline.hasPassed() { return lock.withLock { state.isIdle } }
         let running = context.runningOperations
-        let record = WaitRegistry.Record(running: running, target: .queue(self))
-        if let reason = WaitRegistry.shared.begin(record) {
+        // As for an operation's wait: only an unbounded wait is checked and
+        // registered.
+        let record = deadline == nil ? WaitRegistry.Record(running: running, target: .queue(self)) : nil
+        if let record, let reason = WaitRegistry.shared.begin(record) {
             OperationMisuse.report(.waitDeadlock, subject: misuseSubject, "cannot be waited for here: the wait \(reason) Wait from outside the queue, or use a completion block or a dependency.")
             return false
         }
-        defer { WaitRegistry.shared.end(record) }
+        defer { if let record { WaitRegistry.shared.end(record) } }
         // Inside the retirement of one of this queue's operations (its
         // completion block or observers): that retirement must not keep this
         // wait waiting for itself.
@@ -40,14 +46,19 @@ extension OperationQueue {
             return drainWaiters.add { signal.signal() }
         }
         var idle = true
+        var neverEnds: String?
         if let key {
-            idle = WorkerPool.shared.blocking {
-                HangReport.wait(on: signal, deadline: deadline) { "waitUntilAllOperationsAreFinished on:\n" + self.diagnostics().description }
+            let outcome = WorkerPool.shared.blocking {
+                WaitRegistry.block(on: signal, deadline: deadline, record: record) {
+                    "waitUntilAllOperationsAreFinished on:\n" + self.diagnostics().description
+                }
             }
+            idle = outcome == .signalled
             if !idle {
                 let removed = lock.withLock { drainWaiters.remove(key) }
                 withExtendedLifetime(removed) {}
             }
+            if case .neverEnds(let reason) = outcome { neverEnds = reason }
         }
         if stepsAside {
             let effects = lock.withLock { () -> QueueEffects in
@@ -55,8 +66,9 @@ extension OperationQueue {
                 return takeEffectsLocked()
             }
             effects.perform(on: self)
-        } else if key == nil {
-            // Became idle while stepping aside: nothing to undo.
+        }
+        if let neverEnds {
+            OperationMisuse.report(.waitDeadlock, subject: misuseSubject, "cannot be waited for here: the wait \(neverEnds) Wait from outside the queue, or use a completion block or a dependency.")
         }
         return idle
     }

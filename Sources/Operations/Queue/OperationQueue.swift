@@ -108,6 +108,11 @@ open class OperationQueue: @unchecked Sendable {
     }
 
     deinit {
+        // Nothing can produce events any more: end every subscriber's
+        // sequence, so that `for await` loops over `events` finish.
+        let sinks = eventSinks.values
+        eventSinks = [:]
+        for sink in sinks { sink.finish() }
         state.releaseStorage()
     }
 

@@ -36,6 +36,47 @@ enum HangReport {
         return signal.wait(deadline: deadline)
     }
 
+    /// How a checked wait ended.
+    enum Outcome: Equatable {
+        case signalled
+        case timedOut
+        /// The wait became one that can never end (the reason, for the
+        /// misuse report); its record has been removed from the registry.
+        case neverEnds(String)
+    }
+
+    /// Waits on `signal` with no deadline, like `wait(on:deadline:describe:)`,
+    /// and re-checks the registered wait `record` now and then: work added,
+    /// dependencies added, or widths changed after the wait began can make it
+    /// one that can never end (`WaitRegistry.recheck`). The checks start
+    /// after 50 ms and back off to one per second; a verdict is confirmed by
+    /// a second check 20 ms later before the wait gives up.
+    static func wait(on signal: WaitSignal, checking record: WaitRegistry.Record, describe: () -> String) -> Outcome {
+        var warnAt = threshold.map { Deadline(nanosecondsFromNow: $0) }
+        var interval: UInt64 = 50_000_000
+        var nextCheck = Deadline(nanosecondsFromNow: interval)
+        var suspect = false
+        while true {
+            let until = warnAt.map { min($0, nextCheck) } ?? nextCheck
+            if signal.wait(deadline: until) { return .signalled }
+            let now = monotonicNanoseconds()
+            if let warning = warnAt, warning.hasPassed(now: now) {
+                emit(describe())
+                warnAt = nil
+            }
+            guard nextCheck.hasPassed(now: now) else { continue }
+            if let reason = WaitRegistry.shared.recheck(record, confirm: suspect) {
+                if suspect { return .neverEnds(reason) }
+                suspect = true
+                nextCheck = Deadline(nanosecondsFromNow: 20_000_000)
+            } else {
+                suspect = false
+                interval = min(interval * 2, 1_000_000_000)
+                nextCheck = Deadline(nanosecondsFromNow: interval)
+            }
+        }
+    }
+
     /// For an `async` wait: prints `describe()` once if the returned watch is
     /// not cancelled within the threshold. Nil when reporting is off.
     static func watch(_ describe: @escaping @Sendable () -> String) -> HangWatch? {

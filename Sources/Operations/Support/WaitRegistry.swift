@@ -20,7 +20,9 @@
 /// it, through any number of other threads' waits — the wait is reported as
 /// `OperationMisuse.Code.waitDeadlock` and not performed. Registration and
 /// the check happen under one lock, so of the waits that close a cycle, the
-/// last to begin sees the others and reports.
+/// last to begin sees the others and reports. A blocking wait also checks
+/// again while it waits (`recheck`), so a cycle closed after it began (work
+/// queued behind it, a dependency added) is reported too.
 ///
 /// The check runs only when the waiter is running operations; a wait from
 /// plain code (a test, `main`) holds nothing anyone could need.
@@ -73,6 +75,36 @@ final class WaitRegistry: @unchecked Sendable {
         }
         records[ObjectIdentifier(record)] = record
         return nil
+    }
+
+    /// Checks again whether the registered wait `record` can ever end (the
+    /// graph may have changed since it began). Returns the reason if it
+    /// cannot; with `confirm`, the record is then also removed, under the
+    /// same lock, so that of several waits on one cycle only the first to
+    /// confirm gives up (the others then see its thread as free).
+    func recheck(_ record: Record, confirm: Bool) -> String? {
+        lock.lock()
+        defer { lock.unlock() }
+        guard records[ObjectIdentifier(record)] != nil else { return nil }
+        var analysis = Analysis(origin: record, records: records.values.filter { $0 !== record })
+        guard let reason = analysis.neverEnds(record.target) else { return nil }
+        if confirm { records.removeValue(forKey: ObjectIdentifier(record)) }
+        return reason
+    }
+
+    /// Blocks on `signal` until it is signalled or `deadline` passes. A wait
+    /// registered with `begin` (`record`) by a thread that runs operations is
+    /// checked again while it blocks (see `HangReport.wait(on:checking:describe:)`).
+    static func block(
+        on signal: WaitSignal,
+        deadline: Deadline?,
+        record: Record?,
+        describe: () -> String
+    ) -> HangReport.Outcome {
+        if let record, deadline == nil, !record.running.isEmpty {
+            return HangReport.wait(on: signal, checking: record, describe: describe)
+        }
+        return HangReport.wait(on: signal, deadline: deadline, describe: describe) ? .signalled : .timedOut
     }
 
     /// Removes a wait registered with `begin`.

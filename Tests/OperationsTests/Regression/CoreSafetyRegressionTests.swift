@@ -230,6 +230,32 @@ func scenarioLongResultChainReleased() {
     #expect(first.isReleased && last.isReleased, "the chain was not released")
 }
 
+/// Defect 7, second form (found by the adversarial probes): a 100,000-link
+/// pipeline whose head fails, so that a failure policy cancels every link.
+/// Each link's `failure` is a `DependencyError` naming the link before it, a
+/// chain as long as the pipeline that releasing must walk iteratively.
+func scenarioLongCancelledCascadeReleased() {
+    struct HeadFailed: Error {}
+    let first = WeakReference<ResultOperation<Int, any Error>>(nil)
+    let last = WeakReference<ResultOperation<Int, any Error>>(nil)
+    do {
+        let head = ResultOperation<Int, any Error> { throw HeadFailed() }
+        first.object = head
+        var operations: [Operation] = [head]
+        var tail = head
+        for index in 0..<100_000 {
+            tail = ResultOperation(after: tail) { (value: Int) -> Int in value + 1 }
+            tail.dependencyFailurePolicy = index % 2 == 0 ? .cancelIfAnyFailed : .cancelIfAnyFailedOrCancelled
+            operations.append(tail)
+        }
+        last.object = tail
+        let queue = OperationQueue()
+        queue.addOperations(operations, waitUntilFinished: true)
+        #expect(tail.isCancelled && tail.dependencyErrors.count == 1)
+    }
+    #expect(first.isReleased && last.isReleased, "the cancelled pipeline was not released")
+}
+
 /// Defect 8, first form: the input of `ResultOperation(after:)` removed by
 /// `removeDependency` before it ran. A programmer error goes through the
 /// misuse policy (a handler can refuse it); whatever the library decides,
@@ -306,6 +332,13 @@ struct ValidInputRegressionTests {
     func defect7() async {
         await #expect(processExitsWith: .success) {
             scenarioLongResultChainReleased()
+        }
+    }
+
+    @Test("defect 7: a 100,000-link pipeline cancelled by failure policies is released without recursion")
+    func defect7Cascade() async {
+        await #expect(processExitsWith: .success) {
+            scenarioLongCancelledCascadeReleased()
         }
     }
 
