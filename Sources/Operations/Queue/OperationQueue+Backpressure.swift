@@ -13,7 +13,7 @@ extension OperationQueue {
     ///   there is room;
     /// - ``tryAddOperation(_:)`` returns false and leaves the operation
     ///   untouched;
-    /// - the synchronous ``addOperation(_:)`` and
+    /// - the synchronous ``addOperation(_:)-5grj9`` and
     ///   ``addOperations(_:waitUntilFinished:)`` follow `policy`: `.block`
     ///   waits for room (on a pool worker, the pool compensates), `.reject`
     ///   cancels the operations and, unless their class overrides
@@ -27,8 +27,12 @@ extension OperationQueue {
     /// can exceed the bound. Lowering the limit below the current count
     /// affects only later adds.
     ///
-    /// - Parameter limit: at least 1, or nil to remove the bound. A value
-    ///   below 1 is a misuse (``OperationMisuse/Code/invalidPendingLimit``).
+    /// - Parameters:
+    ///   - limit: At least 1, or nil to remove the bound. A value below 1 is
+    ///     a misuse (``OperationMisuse/Code/invalidPendingLimit``).
+    ///   - policy: What synchronous adds do when the queue is full:
+    ///     ``PendingLimitPolicy/block`` (the default) or
+    ///     ``PendingLimitPolicy/reject``.
     public func setPendingLimit(_ limit: Int?, policy: PendingLimitPolicy = .block) {
         if let limit, limit < 1 {
             OperationMisuse.report(
@@ -49,7 +53,7 @@ extension OperationQueue {
     /// Adds `operation` if the pending limit leaves room, and returns true;
     /// otherwise returns false and leaves the operation untouched, so that
     /// it can be added later. Misuse (an operation already queued, executing
-    /// or finished) is reported as by ``addOperation(_:)``.
+    /// or finished) is reported as by ``addOperation(_:)-5grj9``.
     @discardableResult
     public func tryAddOperation(_ operation: Operation) -> Bool {
         guard let accepted = admit(CollectionOfOne(operation), mode: .attempt, collecting: true) else { return false }

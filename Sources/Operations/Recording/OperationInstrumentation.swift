@@ -99,9 +99,9 @@ public enum OperationInstrumentation {
 /// `main()`, an `AsyncOperation`'s `execute()`, a `ResultOperation`'s
 /// synchronous or `async` body, a `queue.run` body, and the `start()` of a
 /// class that overrides it. It is not bound around completion blocks and
-/// observers. The `OperationsTracing` integration registers a carrier for
-/// swift-distributed-tracing's `ServiceContext` (which also carries
-/// swift-log metadata providers' values).
+/// observers. A carrier for swift-distributed-tracing's `ServiceContext`
+/// (which also carries swift-log metadata providers' values) is registered
+/// the same way, with ``carry(_:)`` on its task-local.
 public enum OperationContextPropagation {
     /// A registration; ``cancel()`` it (or let it go) to stop carrying.
     public final class Token: Sendable {

@@ -5,8 +5,8 @@ import Synchronization
 ///
 /// Reports go to standard error (hang and ceiling reports) or through the
 /// misuse policy (misuses) as documented, and also to every observer added
-/// with ``OperationReporting/addObserver(_:)``, for logging (the
-/// `OperationsLogging` integration forwards them to a swift-log `Logger`).
+/// with ``OperationReporting/addObserver(_:)``, for logging (for example,
+/// an observer can forward them to a swift-log `Logger`).
 public struct OperationReport: Sendable, CustomStringConvertible {
     /// What kind of report.
     public enum Kind: Sendable, Hashable {

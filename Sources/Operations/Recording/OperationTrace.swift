@@ -6,7 +6,8 @@
 /// OperationTracing.start()
 /// runTheWork()
 /// let trace = OperationTracing.stop()
-/// try trace.chromeTraceJSON().write(to: "run.json")   // open in ui.perfetto.dev
+/// let json = trace.chromeTraceJSON()   // save it to a file; open it in ui.perfetto.dev
+/// let svg = trace.svgTimeline()        // a picture any browser shows
 /// ```
 ///
 /// Off by default; while off, the scheduler pays one relaxed atomic load per
