@@ -1,0 +1,170 @@
+// The recorder and its exports: Chrome trace-event JSON (Perfetto), an SVG
+// timeline, and GraphViz DOT of a dependency graph. The tests check content:
+// every operation once, edges present, timestamps ordered.
+
+import class Foundation.JSONSerialization
+import class Foundation.NSDictionary
+import class Foundation.NSArray
+import class Foundation.NSNumber
+import struct Foundation.Data
+#if canImport(FoundationXML)
+import class FoundationXML.XMLDocument
+#else
+import class Foundation.XMLDocument
+#endif
+import Testing
+@testable import Operations
+
+@Suite("Tracing and graph export", .serialized)
+struct TraceExportTests {
+    /// Runs a diamond (root → left, right → sink) plus a cancelled operation
+    /// on a width-2 queue while recording. Names carry `prefix`, so that
+    /// operations of tests running in parallel can be told apart.
+    private func recordDiamond(prefix: String) -> OperationTrace {
+        let queue = makeQueue("\(prefix)-queue", width: 2)
+        func make(_ name: String) -> BlockOperation {
+            let operation = BlockOperation {}
+            operation.name = "\(prefix)-\(name)"
+            return operation
+        }
+        let root = make("root"), left = make("left"), right = make("right"), sink = make("sink"), dropped = make("dropped")
+        left.addDependency(root)
+        right.addDependency(root)
+        sink.addDependency(left)
+        sink.addDependency(right)
+        #expect(OperationTracing.start(), "another recording is in progress")
+        dropped.cancel()
+        queue.addOperations([sink, right, left, root, dropped], waitUntilFinished: true)
+        return OperationTracing.stop()
+    }
+
+    private func records(_ trace: OperationTrace, prefix: String) -> [String: OperationTrace.OperationRecord] {
+        var result: [String: OperationTrace.OperationRecord] = [:]
+        for record in trace.operations where record.name?.hasPrefix(prefix + "-") == true {
+            #expect(result[record.name!] == nil, "\(record.name!) recorded twice")
+            result[record.name!] = record
+        }
+        return result
+    }
+
+    @Test("the recorder sees every operation once, with ordered times and its dependencies")
+    func recorderContent() throws {
+        let trace = recordDiamond(prefix: "rec")
+        let byName = records(trace, prefix: "rec")
+        #expect(Set(byName.keys) == ["rec-root", "rec-left", "rec-right", "rec-sink", "rec-dropped"])
+        for (name, record) in byName {
+            let added = try #require(record.added, "\(name) has no add time")
+            let started = try #require(record.started, "\(name) never started")
+            let finished = try #require(record.finished, "\(name) never finished")
+            #expect(added <= started && started <= finished, "\(name): \(added) \(started) \(finished)")
+            #expect(record.worker != nil)
+            #expect(record.queue.map { trace.queues[$0].name } == "rec-queue")
+        }
+        let sink = try #require(byName["rec-sink"])
+        let dependencyNames = Set(sink.dependencies.map { trace.operations[$0].name ?? "" })
+        #expect(dependencyNames == ["rec-left", "rec-right"])
+        #expect(try #require(sink.started) >= max(try #require(byName["rec-left"]?.finished), try #require(byName["rec-right"]?.finished)))
+        #expect(byName["rec-dropped"]?.cancelled != nil)
+        #expect(!trace.samples.isEmpty, "no queue counters were recorded")
+    }
+
+    @Test("Chrome trace-event JSON: one slice per operation, flows along every edge, worker tracks, counters")
+    func chromeJSON() throws {
+        let trace = recordDiamond(prefix: "json")
+        let json = trace.chromeTraceJSON()
+        let object = try JSONSerialization.jsonObject(with: Data(json.utf8)) as? NSDictionary
+        let events = try #require(object?["traceEvents"] as? NSArray).compactMap { $0 as? NSDictionary }
+        func string(_ event: NSDictionary, _ key: String) -> String? { event[key] as? String }
+        func number(_ event: NSDictionary, _ key: String) -> Double? { (event[key] as? NSNumber)?.doubleValue }
+        for event in events {
+            let phase = try #require(string(event, "ph"))
+            #expect(["X", "i", "s", "f", "C", "M"].contains(phase))
+            #expect(number(event, "pid") != nil)
+            if phase != "M" { #expect(number(event, "ts") != nil, "an event without ts: \(event)") }
+            if phase != "C" { #expect(number(event, "tid") != nil, "an event without tid: \(event)") }
+        }
+        let slices = events.filter { string($0, "ph") == "X" && (string($0, "name") ?? "").hasPrefix("json-") }
+        #expect(slices.compactMap { string($0, "name") }.sorted() == ["json-dropped", "json-left", "json-right", "json-root", "json-sink"])
+        for slice in slices { #expect((number(slice, "dur") ?? -1) >= 0) }
+        let sliceByName = Dictionary(uniqueKeysWithValues: slices.map { (string($0, "name")!, $0) })
+        let sinkStart = try #require(number(sliceByName["json-sink"]!, "ts"))
+        for name in ["json-left", "json-right"] {
+            let slice = sliceByName[name]!
+            #expect(try #require(number(slice, "ts")) + (number(slice, "dur") ?? 0) <= sinkStart + 0.001)
+        }
+        // Flow events come in s/f pairs with the same id; the diamond has four edges.
+        let ourIDs = Set(trace.operations.filter { $0.name?.hasPrefix("json-") == true }.map(\.id))
+        let ourEdges = trace.operations.filter { ourIDs.contains($0.id) }.reduce(0) { $0 + $1.dependencies.count }
+        #expect(ourEdges == 4)
+        let starts = events.filter { string($0, "ph") == "s" }.compactMap { number($0, "id") }
+        let finishes = events.filter { string($0, "ph") == "f" }.compactMap { number($0, "id") }
+        #expect(Set(starts) == Set(finishes) && starts.count == finishes.count && starts.count >= 4)
+        let threadNames = events.filter { string($0, "ph") == "M" && string($0, "name") == "thread_name" }
+        #expect(threadNames.count == trace.workers.count)
+        #expect(events.contains { string($0, "ph") == "C" && string($0, "name") == "queue json-queue" })
+    }
+
+    @Test("SVG timeline: well-formed, one bar per started operation, one arrow per edge")
+    func svgTimeline() throws {
+        let trace = recordDiamond(prefix: "svg")
+        let svg = trace.svgTimeline()
+        _ = try XMLDocument(xmlString: svg, options: [])
+        let bars = svg.components(separatedBy: "<g class=\"operation\"").count - 1
+        let edges = svg.components(separatedBy: "<line class=\"edge\"").count - 1
+        #expect(bars == trace.operations.filter { $0.started != nil }.count)
+        #expect(edges == trace.operations.filter { $0.started != nil }.reduce(0) { total, record in
+            total + record.dependencies.filter { trace.operations[$0].started != nil }.count
+        })
+        for name in ["svg-root", "svg-left", "svg-right", "svg-sink"] { #expect(svg.contains(name)) }
+        for worker in trace.workers { #expect(svg.contains(">\(worker.name)<")) }
+    }
+
+    @Test("a stopped recorder records nothing, and only one recording runs at a time")
+    func recorderSessions() {
+        #expect(OperationTracing.start())
+        #expect(!OperationTracing.start())
+        #expect(OperationTracing.isRecording)
+        _ = OperationTracing.stop()
+        #expect(!OperationTracing.isRecording)
+        let queue = makeQueue("unrecorded")
+        let op = BlockOperation {}
+        op.name = "unrecorded-op"
+        queue.addOperations([op], waitUntilFinished: true)
+        #expect(OperationTracing.start())
+        let trace = OperationTracing.stop()
+        #expect(!trace.operations.contains { $0.name == "unrecorded-op" })
+    }
+
+    @Test("DOT: every operation once, every edge, states, and a kept cycle in red")
+    func dotGraph() {
+        let queue = makeQueue("dot-queue")
+        queue.isSuspended = true
+        func make(_ name: String) -> BlockOperation {
+            let operation = BlockOperation {}
+            operation.name = name
+            return operation
+        }
+        let a = make("dot-a"), b = make("dot-b"), c = make("dot-c"), outside = make("dot-outside")
+        b.addDependency(a)
+        c.addDependency(b)
+        a.addDependency(c)      // closes a cycle: kept, as in Foundation
+        b.addDependency(outside)
+        queue.addOperations([a, b, c], waitUntilFinished: false)
+        let dot = queue.dependencyGraphDOT()
+        #expect(dot.hasPrefix("digraph \"dot-queue\" {") && dot.hasSuffix("}\n"))
+        for name in ["dot-a", "dot-b", "dot-c", "dot-outside"] {
+            #expect(dot.components(separatedBy: "label=\"\(name)\\n").count - 1 == 1, "\(name) is not drawn exactly once")
+        }
+        #expect(dot.components(separatedBy: " -> ").count - 1 == 4)
+        #expect(dot.components(separatedBy: "label=\"cycle\"").count - 1 == 3)
+        #expect(dot.contains("dashed"), "a dependency outside the queue is not marked")
+        #expect(dot.contains("no queue"))
+        c.cancel()
+        outside.cancel()
+        outside.start()         // in no queue: finished by hand (cancelled, it skips its work)
+        queue.isSuspended = false
+        #expect(queue.waitUntilAllOperationsAreFinished(timeout: patience))
+        let finished = OperationGraph.dot(of: [a, b, c])
+        #expect(!finished.contains("cycle") && finished.contains("finished"))
+    }
+}
