@@ -12,7 +12,8 @@ import Synchronization
 ///   (1, 2, 3, 4, 6, -1, and now and then 0 for up to 2 ms);
 /// - canceller: cancels a random created operation, or one whose body just
 ///   began (cancellation during execution), changes a priority, or calls
-///   `cancelAllOperations()` on a queue that takes it;
+///   `cancelAllOperations()` (5% of its actions) on a queue that takes it,
+///   which may cancel a pending barrier;
 /// - waiter: waits from outside (bounded) for a random created operation
 ///   and checks that it finished and its completion block already ran.
 ///
@@ -132,7 +133,7 @@ final class StressChaos: Sendable {
                 if let index = round.running.withLock({ $0.pick(&random) }) {
                     round.records[index].op?.cancel()
                 }
-            } else if roll < 980 {
+            } else if roll < 950 {
                 let priority = random.pick(Operation.QueuePriority.allCases)
                 randomCreated(&random)?.1.queuePriority = priority
             } else if !cancelAllTargets.isEmpty {

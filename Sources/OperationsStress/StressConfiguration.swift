@@ -32,6 +32,22 @@ public struct StressConfiguration: Sendable, Hashable {
     public var installsProcessWideMisuseHandler: Bool
     /// A deliberate fault, to check that the engine reports failures.
     public var injectedFault: InjectedFault
+    /// Whether to call `OperationQueue._checkInvariants()` on every queue
+    /// after every driver step and at the end of the round (any string it
+    /// returns is a violation). On by default in debug builds (tests), off
+    /// in release builds (`ops soak --check-invariants` turns it on).
+    public var checksInvariants: Bool
+    /// Whether operations on any queue may get an `isFinished` observer that
+    /// waits for another operation. Off by default: an operation keeps its
+    /// slot until its observers and completion block return (a core bug,
+    /// see `StressTests.blockingTailHoldsSlot`), so such waits stall queues
+    /// of width 1 until they time out; then only operations on
+    /// `.unbounded` queues get such observers.
+    public var observerWaitsOnAnyQueue: Bool
+    /// How long the weak-reference census waits for the last references
+    /// to operations, closures and queues to go (threads that finished an
+    /// operation may still hold it for a moment) before it reports leaks.
+    public var censusTimeout: Duration
 
     /// Deliberate faults in the engine's own use of the library, to check
     /// that the checks catch what they are meant to catch. Each makes the
@@ -54,6 +70,15 @@ public struct StressConfiguration: Sendable, Hashable {
         case suspensionNotApplied
         /// Add barrier blocks as plain blocks: expect `barrierOrder` violations.
         case barriersNotBarriers
+        /// Keep a hidden strong reference to the first operation created:
+        /// the census must report it (`leak`, naming the operation).
+        case leakOperation
+        /// Keep a hidden strong reference to the first operation's
+        /// completion-block sentinel: the census must report the closure.
+        case leakClosure
+        /// Keep a hidden strong reference to queue 0: the census must
+        /// report the queue.
+        case leakQueue
     }
 
     /// Creates a configuration.
@@ -66,7 +91,10 @@ public struct StressConfiguration: Sendable, Hashable {
         barriers: Bool = true,
         chaos: Bool = true,
         installsProcessWideMisuseHandler: Bool = false,
-        injectedFault: InjectedFault = .none
+        injectedFault: InjectedFault = .none,
+        checksInvariants: Bool = _isDebugAssertConfiguration(),
+        censusTimeout: Duration = .seconds(10),
+        observerWaitsOnAnyQueue: Bool = false
     ) {
         self.seed = seed
         self.operations = max(1, operations)
@@ -77,6 +105,9 @@ public struct StressConfiguration: Sendable, Hashable {
         self.chaos = chaos
         self.installsProcessWideMisuseHandler = installsProcessWideMisuseHandler
         self.injectedFault = injectedFault
+        self.checksInvariants = checksInvariants
+        self.censusTimeout = censusTimeout
+        self.observerWaitsOnAnyQueue = observerWaitsOnAnyQueue
     }
 }
 
@@ -107,8 +138,20 @@ public struct StressViolation: Sendable, Hashable, CustomStringConvertible {
         case notDrained
         /// A bounded wait reached its bound.
         case timeout
-        /// The library reported a misuse (the engine never misuses it).
+        /// The library reported a misuse the engine did not commit on
+        /// purpose, or a deliberate misuse was not reported exactly once.
         case misuse
+        /// An operation, one of its closures, or a queue was still alive
+        /// after the round drained and the engine dropped its references.
+        case leak
+        /// `OperationQueue._checkInvariants()` returned a broken invariant.
+        case invariant
+        /// The pending limit was not enforced as its policy says
+        /// (`tryAddOperation`, `.block`, `.reject`, `async addOperation`).
+        case pendingLimit
+        /// An observer's or async body's check failed (a wait from an
+        /// observer did not end, a typed result was wrong).
+        case observer
         /// Anything else unexpected.
         case other
     }
@@ -161,6 +204,31 @@ public struct StressReport: Sendable, CustomStringConvertible {
     public var violationCount: Int
     /// Wall-clock time of the round.
     public var elapsed: Duration
+    /// Barrier blocks that did not run because `cancelAllOperations()`
+    /// cancelled their barrier (which still ordered the queue).
+    public var barriersCancelled: Int = 0
+    /// Operations refused by a `.reject` pending limit (cancelled, never run).
+    public var rejected: Int = 0
+    /// `tryAddOperation` calls refused because the queue was full.
+    public var tryAddsRefused: Int = 0
+    /// Adds that waited for room (blocking `.block` adds and `async` adds).
+    public var waitedAdds: Int = 0
+    /// Bodies run by `queue.run {}` (async, no operation object in hand).
+    public var queueRuns: Int = 0
+    /// Misuses the engine committed on purpose, and reports received for them.
+    public var misusesCommitted: Int = 0
+    /// Misuse reports received for deliberate misuses (must equal ``misusesCommitted``).
+    public var misusesReported: Int = 0
+    /// Observer actions performed (waits from `isFinished` observers, adds
+    /// from `isExecuting` observers and completion blocks).
+    public var observerActions: Int = 0
+    /// Calls of `OperationQueue._checkInvariants()` made.
+    public var invariantChecks: Int = 0
+    /// Weak references checked by the final census (operations, closure
+    /// sentinels, queues), and how many were still alive.
+    public var censusTracked: Int = 0
+    /// References still alive after the census timeout (each a `leak` violation).
+    public var censusLeaks: Int = 0
 
     /// Whether the round found nothing wrong.
     public var passed: Bool { violationCount == 0 && queuesDrained }
@@ -169,7 +237,7 @@ public struct StressReport: Sendable, CustomStringConvertible {
     public var description: String {
         let seconds = Double(elapsed.components.seconds) + Double(elapsed.components.attoseconds) / 1e18
         let secondsText = String(Int((seconds * 1000).rounded())) + " ms"
-        return "seed \(seed) plan \(hex(planFingerprint)): \(operationsRun) operations run (bodies \(bodiesRun), cancelled \(cancelled): \(cancelledBeforeStart) surely before start, \(cancelledWhileRunning) while running; by hand \(startedByHand), barriers \(barriers)), waits \(waits), chaos actions \(chaosActions), peak concurrency \(peakConcurrency), drained \(queuesDrained), violations \(violationCount), \(secondsText)"
+        return "seed \(seed) plan \(hex(planFingerprint)): \(operationsRun) operations run (bodies \(bodiesRun), cancelled \(cancelled): \(cancelledBeforeStart) surely before start, \(cancelledWhileRunning) while running; by hand \(startedByHand), barriers \(barriers)), waits \(waits), chaos actions \(chaosActions), peak concurrency \(peakConcurrency), barriers cancelled \(barriersCancelled), rejected \(rejected), tryAdd refused \(tryAddsRefused), waited adds \(waitedAdds), queue.run \(queueRuns), misuses \(misusesReported)/\(misusesCommitted), observer actions \(observerActions), invariant checks \(invariantChecks), census \(censusTracked) (leaks \(censusLeaks)), drained \(queuesDrained), violations \(violationCount), \(secondsText)"
     }
 }
 

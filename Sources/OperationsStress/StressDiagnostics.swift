@@ -59,6 +59,8 @@ extension StressPlan.OperationSpec {
         case .plain: kindText = "plain"
         case .blocks(let count): kindText = "\(count) blocks"
         case .async(let elsewhere): kindText = elsewhere ? "async, finished elsewhere" : "async, finished inline"
+        case .result: kindText = "ResultOperation, async body"
+        case .queueRun: kindText = "queue.run, async body"
         }
         let placementText: String
         switch placement {
@@ -70,7 +72,11 @@ extension StressPlan.OperationSpec {
         case .driver: originText = "driver"
         case .child(let parent): originText = "child of op \(parent)"
         }
-        return "\(kindText), \(placementText), \(originText), dependencies \(dependencies), \(priority), qos \(qualityOfService), cancellation \(cancellation)"
+        var extras = ""
+        if !children.isEmpty { extras += ", children \(children) from \(childSource)" }
+        if let target = finishObserverWaitsFor { extras += ", isFinished observer waits for op \(target)" }
+        if let misuse { extras += ", misuse \(misuse)" }
+        return "\(kindText), \(placementText), \(originText), dependencies \(dependencies), \(priority), qos \(qualityOfService), cancellation \(cancellation)\(extras)"
     }
 }
 

@@ -7,10 +7,19 @@ import Synchronization
 final class OpRecord: Sendable {
     let spec: StressPlan.OperationSpec
 
-    /// The operation, once created (children are created by their parent).
-    /// Cleared at the end of the round, which breaks the reference cycle
-    /// record → operation → closures → round → records.
-    let operation = StressLock<Operation?>(nil)
+    /// The operation, once created (children are created by their parent):
+    /// held strongly until its completion block has run (or the end of the
+    /// round), weakly after that, with weak references to the sentinels its
+    /// closures capture; the census at the end of the round checks that
+    /// they are all gone.
+    let refs = StressLock(OpRefs())
+    /// Whether the operation was created (set once).
+    let created = Atomic<Bool>(false)
+    /// `isCancelled` as read in its completion block (or at the end).
+    let finalCancelled = Atomic<Bool>(false)
+    /// The operation will be refused by a `.reject` pending limit: its
+    /// completion block runs while its queue is suspended.
+    let expectsRejection = Atomic<Bool>(false)
 
     /// How many times the body (`main()`, the async work, or the first
     /// execution block) began. Must end 0 or 1.
@@ -39,14 +48,25 @@ final class OpRecord: Sendable {
     let requiredBarrier = Atomic<Int>(-1)
     /// Cancellations and completion listeners (see `GateState`).
     let gate = StressLock(GateState())
-    /// The `isFinished` observation, kept alive until the end of the round.
-    let observation = StressLock<KeyValueObservation?>(nil)
+    /// Whether its children were added (by an observer: once).
+    let childrenAdded = Atomic<Bool>(false)
+    /// The operation's observations, kept until its completion block ran.
+    let observations = StressLock<[KeyValueObservation]>([])
 
     init(spec: StressPlan.OperationSpec) {
         self.spec = spec
     }
 
-    var op: Operation? { operation.withLock { $0 } }
+    /// The operation, while anything keeps it alive.
+    var op: Operation? { refs.withLock { $0.strong ?? $0.weak } }
+
+    /// Whether the operation finished: `isFinished` while it is alive;
+    /// once it is gone, whether its completion block ran (an operation
+    /// released before that is reported by the census of its record).
+    var hasFinished: Bool {
+        if let operation = op { return operation.isFinished }
+        return completions.load(ordering: .sequentiallyConsistent) > 0
+    }
 
     var queueIndex: Int? {
         if case .queue(let queue) = spec.placement { return queue }
@@ -81,6 +101,14 @@ final class BarrierRecord: Sendable {
     let id: Int
     let runs = Atomic<Int>(0)
     let blockEnded = Atomic<Bool>(false)
+    /// The barrier's block was released without running (it was cancelled).
+    let skipped = Atomic<Bool>(false)
+    /// The barrier added before this one on the same queue, or -1.
+    let previous = Atomic<Int>(-1)
+    /// Its queue's index (set when it is added).
+    let queueIndex = Atomic<Int>(-1)
+    /// The object its block captures, weakly (for the census).
+    let token = StressLock(WeakBarrierToken())
     let addTick = Atomic<UInt64>(0)
     /// The operations (by index) whose adds to the queue returned before
     /// this barrier's add began, since the previous barrier's.
@@ -92,17 +120,27 @@ final class BarrierRecord: Sendable {
 /// The engine's view of one queue: what it allowed and what ran.
 final class QueueTracker: Sendable {
     let spec: StressPlan.QueueSpec
-    let queue: OperationQueue
+    /// The queue: strong during the round, weak once released.
+    let refs: StressLock<QueueRefs>
     let state = StressLock(TrackerState())
     /// False only under the `.suspensionNotApplied` fault.
     let appliesSuspension: Bool
 
     init(spec: StressPlan.QueueSpec, queue: OperationQueue, appliesSuspension: Bool = true) {
         self.spec = spec
-        self.queue = queue
+        refs = StressLock(QueueRefs(strong: queue, weak: queue))
         self.appliesSuspension = appliesSuspension
         state.withLock { $0.limits = [(0, spec.initialWidth)] }
     }
+
+    /// The queue (only until ``release()``).
+    var queue: OperationQueue {
+        guard let queue = refs.withLock({ $0.strong }) else { preconditionFailure("stress engine: queue \(spec.index) used after the round released it") }
+        return queue
+    }
+
+    /// Drops the engine's strong reference to the queue.
+    func release() { refs.withLock { $0.strong = nil } }
 
     /// Changes the width, logging the new limit first (see `TrackerState`).
     func setWidth(_ width: Int, clock: RoundClock) {
@@ -151,6 +189,32 @@ final class QueueTracker: Sendable {
     func exit(key: Int) {
         state.withLock { _ = $0.inFlight.removeValue(forKey: key) }
     }
+}
+
+/// A barrier's token, weakly.
+struct WeakBarrierToken {
+    weak var token: BarrierToken?
+}
+
+/// A queue, strongly and weakly.
+struct QueueRefs {
+    var strong: OperationQueue?
+    weak var weak: OperationQueue?
+}
+
+/// An operation and the sentinels its closures capture: strongly until the
+/// completion block ran, weakly always (for the census).
+struct OpRefs {
+    var strong: Operation?
+    weak var weak: Operation?
+    weak var bodySentinel: Sentinel?
+    weak var completionSentinel: Sentinel?
+}
+
+/// An object captured by an operation's body or completion closure: if the
+/// closure is released, so is the sentinel.
+final class Sentinel: Sendable {
+    init() {}
 }
 
 /// The state of a `QueueTracker`, guarded by its mutex.

@@ -26,8 +26,13 @@ public struct StressPlan: Sendable, Hashable {
             case fixedWidth
             /// A width changed while running (chaos), and `cancelAllOperations`.
             case elastic
-            /// The default width (-1).
+            /// The default width (-1). Now and then also a target of
+            /// `cancelAllOperations()`, so that barriers get cancelled.
             case unbounded
+            /// A pending limit (`setPendingLimit`): only the driver's
+            /// ``StressPlan/PendingEpisode``s add to it; never suspended by
+            /// chaos, no barriers, no children.
+            case limited
         }
         /// Position in ``StressPlan/queues``.
         public var index: Int
@@ -39,8 +44,9 @@ public struct StressPlan: Sendable, Hashable {
         public var suspendable: Bool
         /// Whether the driver adds barrier blocks to it.
         public var takesBarriers: Bool
-        /// Whether the chaos threads call `cancelAllOperations()` on it.
-        /// (Never together with barriers: a cancelled barrier skips its block.)
+        /// Whether the chaos threads call `cancelAllOperations()` on it. A
+        /// queue may take barriers too: a cancelled barrier skips its block
+        /// but still orders the queue.
         public var cancelAllTarget: Bool
         /// The queue's quality of service.
         public var qualityOfService: QualityOfService
@@ -57,6 +63,13 @@ public struct StressPlan: Sendable, Hashable {
             /// An `AsyncOperation`; `finishesElsewhere`: `finish()` is called
             /// later from another thread, otherwise from inside its work.
             case async(finishesElsewhere: Bool)
+            /// A `ResultOperation<Int, Never>` with an `async` body, whose
+            /// typed result is checked.
+            case result
+            /// An `async` body run with `queue.run {}` from a task: no
+            /// operation object in the engine's hands, no dependencies, no
+            /// dependents; see ``StressPlan/Step/run(queue:operation:)``.
+            case queueRun
         }
         /// Who runs the operation.
         public enum Placement: Sendable, Hashable {
@@ -110,8 +123,15 @@ public struct StressPlan: Sendable, Hashable {
         /// Whether it is observed (`observe(\.isFinished)`), to count the
         /// `isFinished` notifications.
         public var observesFinish: Bool
-        /// Operations this one creates and adds from inside its work.
+        /// Operations this one creates and adds (see ``childSource``).
         public var children: [Int]
+        /// Where ``children`` are created and added from.
+        public var childSource: ChildSource = .body
+        /// An operation that an `isFinished` observer of this one waits for
+        /// (bounded `waitUntilFinished(timeout:)`), from the finishing thread.
+        public var finishObserverWaitsFor: Int?
+        /// A misuse the driver commits on purpose right after adding it.
+        public var misuse: Misuse?
     }
 
     /// One step of the driver thread, in order.
@@ -127,6 +147,10 @@ public struct StressPlan: Sendable, Hashable {
         case waitForOperation(Int)
         /// Wait (bounded) from outside for the queue to drain.
         case waitForQueue(Int)
+        /// Fill a `.limited` queue up to a pending limit and add more.
+        case pending(PendingEpisode)
+        /// `try await queue.run { … }` from a task, for a `.queueRun` operation.
+        case run(queue: Int, operation: Int)
     }
 
     /// The seed the plan was generated from.
@@ -173,6 +197,8 @@ public struct StressPlan: Sendable, Hashable {
             case .plain: hash.combine(1)
             case .blocks(let count): hash.combine(2); hash.combine(count)
             case .async(let elsewhere): hash.combine(3); hash.combine(elsewhere ? 1 : 0)
+            case .result: hash.combine(4)
+            case .queueRun: hash.combine(5)
             }
             switch op.placement {
             case .queue(let queue): hash.combine(10); hash.combine(queue)
@@ -197,6 +223,9 @@ public struct StressPlan: Sendable, Hashable {
             hash.combine(op.observesFinish ? 1 : 0)
             hash.combine(op.children.count)
             for child in op.children { hash.combine(child) }
+            hash.combine(op.childSource.fingerprintCode)
+            hash.combine(op.finishObserverWaitsFor ?? -1)
+            hash.combine(op.misuse?.fingerprintCode ?? -1)
         }
         for step in steps {
             switch step {
@@ -207,6 +236,8 @@ public struct StressPlan: Sendable, Hashable {
             case .barrier(let queue, let id): hash.combine(42); hash.combine(queue); hash.combine(id)
             case .waitForOperation(let index): hash.combine(43); hash.combine(index)
             case .waitForQueue(let queue): hash.combine(44); hash.combine(queue)
+            case .pending(let episode): hash.combine(45); episode.combine(into: &hash)
+            case .run(let queue, let index): hash.combine(46); hash.combine(queue); hash.combine(index)
             }
         }
         return hash.value
@@ -224,6 +255,8 @@ struct PlanGenerator {
     var driverIndices: [Int] = []
     var handIndices: [Int] = []
     var barrierCount = 0
+    /// Queues that take ordinary operations (all but `.limited` ones).
+    var generalQueues: [Int] = []
 
     /// Driver operations between two outside waits for an older operation,
     /// and how far back the waited-for operation is: keeps the number of
@@ -248,12 +281,13 @@ struct PlanGenerator {
             if random.chance(perMille: 2) {
                 steps.append(.waitForQueue(random.below(queues.count)))
             }
+            if addFeatureSteps() { continue }
             if sinceThrottle >= Self.throttleInterval, driverIndices.count > Self.throttleDistance {
                 sinceThrottle = 0
                 steps.append(.waitForOperation(driverIndices[driverIndices.count - Self.throttleDistance]))
             }
             if random.chance(perMille: 60) {
-                let queue = random.below(queues.count)
+                let queue = random.pick(generalQueues)
                 var batch: [Int] = []
                 for _ in 0..<random.int(in: 2...6) where operations.count < configuration.operations {
                     batch.append(makeDriverOperation(placement: .queue(queue)))
@@ -265,9 +299,11 @@ struct PlanGenerator {
                 if random.chance(perMille: 40) {
                     placement = .hand(inline: false)
                 } else {
-                    placement = .queue(random.below(queues.count))
+                    placement = .queue(random.pick(generalQueues))
                 }
-                steps.append(.add(makeDriverOperation(placement: placement)))
+                let index = makeDriverOperation(placement: placement)
+                planMisuse(index)
+                steps.append(.add(index))
                 sinceThrottle += 1
             }
         }
@@ -282,32 +318,37 @@ struct PlanGenerator {
 
     private mutating func makeQueues() {
         let roles = StressPlan.QueueSpec.Role.allCases
+        let repeatable = roles.filter { $0 != .limited }
         for index in 0..<configuration.queues {
-            let role = index < roles.count ? roles[index] : random.pick(roles)
+            // Only one limited queue, and never the only queue.
+            let role = index < roles.count && (roles[index] != .limited || index > 0) ? roles[index] : random.pick(repeatable)
             let width: Int
             switch role {
             case .serial: width = 1
             case .fixedWidth: width = random.int(in: 2...4)
             case .elastic: width = 2
             case .unbounded: width = OperationQueue.defaultMaxConcurrentOperationCount
+            case .limited: width = random.int(in: 1...3)
             }
             queues.append(StressPlan.QueueSpec(
                 index: index,
                 role: role,
                 initialWidth: width,
-                suspendable: role == .fixedWidth ? random.chance(perMille: 500) : true,
-                takesBarriers: role != .elastic,
-                cancelAllTarget: role == .elastic,
+                suspendable: role == .fixedWidth ? random.chance(perMille: 500) : role != .limited,
+                takesBarriers: role != .elastic && role != .limited,
+                cancelAllTarget: role == .elastic || (role == .unbounded && random.chance(perMille: 500)),
                 qualityOfService: random.pick(QualityOfService.allCases)
             ))
+            if role != .limited { generalQueues.append(index) }
         }
     }
 
     private mutating func randomKind() -> StressPlan.OperationSpec.Kind {
         let roll = random.below(100)
-        if roll < 50 { return .plain }
-        if roll < 65 { return .blocks(random.int(in: 1...3)) }
-        return .async(finishesElsewhere: random.chance(perMille: 600))
+        if roll < 45 { return .plain }
+        if roll < 60 { return .blocks(random.int(in: 1...3)) }
+        if roll < 88 { return .async(finishesElsewhere: random.chance(perMille: 600)) }
+        return .result
     }
 
     private mutating func dependencyCount() -> Int {
@@ -351,7 +392,7 @@ struct PlanGenerator {
         return .none
     }
 
-    private mutating func makeDriverOperation(placement: StressPlan.OperationSpec.Placement) -> Int {
+    mutating func makeDriverOperation(placement: StressPlan.OperationSpec.Placement) -> Int {
         let index = operations.count
         let kind = randomKind()
         let dependencies = pickDriverDependencies(dependencyCount())
@@ -380,18 +421,21 @@ struct PlanGenerator {
             observesFinish: random.chance(perMille: 50),
             children: []
         ))
+        operations[index].finishObserverWaitsFor = pickObserverWaitTarget(for: index)
         driverIndices.append(index)
         if random.chance(perMille: 50) {
+            let source = randomChildSource()
             var children: [Int] = []
             for _ in 0..<random.int(in: 1...3) where operations.count < configuration.operations {
-                children.append(makeChild(parent: index, siblings: children))
+                children.append(makeChild(parent: index, siblings: children, source: source))
             }
             operations[index].children = children
+            operations[index].childSource = source
         }
         return index
     }
 
-    private mutating func makeChild(parent: Int, siblings: [Int]) -> Int {
+    private mutating func makeChild(parent: Int, siblings: [Int], source: StressPlan.OperationSpec.ChildSource) -> Int {
         let index = operations.count
         let kind: StressPlan.OperationSpec.Kind = random.chance(perMille: 600) ? .plain : .async(finishesElsewhere: random.chance(perMille: 500))
         // Candidates that exist when the parent runs: the parent, earlier
@@ -407,7 +451,7 @@ struct PlanGenerator {
         operations.append(StressPlan.OperationSpec(
             index: index,
             kind: kind,
-            placement: .queue(random.below(queues.count)),
+            placement: .queue(childQueue(parent: parent, source: source)),
             origin: .child(of: parent),
             dependencies: dependencies,
             priority: random.pick(Operation.QueuePriority.allCases),

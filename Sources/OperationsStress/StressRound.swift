@@ -28,6 +28,10 @@ final class StressRound: Sendable {
     let dumps = Atomic<Int>(0)
     /// Recently started bodies, for cancellation during execution.
     let running = StressLock<RunningRing>(RunningRing())
+    /// Counters of the newer features (see `StressReport`).
+    let counters = FeatureCounters()
+    /// References kept on purpose by the `leak…` faults.
+    let faultHold = StressLock<[any AnyObject & Sendable]>([])
 
     init(configuration: StressConfiguration, plan: StressPlan) {
         self.configuration = configuration
@@ -45,6 +49,9 @@ final class StressRound: Sendable {
                 queue: queue,
                 appliesSuspension: configuration.injectedFault != .suspensionNotApplied
             )
+        }
+        if configuration.injectedFault == .leakQueue, let first = trackers.first {
+            faultHold.withLock { $0.append(first.queue) }
         }
     }
 
@@ -74,37 +81,60 @@ final class StressRound: Sendable {
     func makeOperation(_ index: Int) -> Operation {
         let record = records[index]
         let spec = record.spec
+        let bodySentinel = Sentinel()
+        let completionSentinel = Sentinel()
         let operation: Operation
         switch spec.kind {
         case .plain:
-            operation = StressOperation(index: index, round: self)
+            operation = StressOperation(index: index, round: self, sentinel: bodySentinel)
         case .blocks(let count):
             let blocks = BlockOperation()
             for block in 0..<count {
-                blocks.addExecutionBlock { [self] in runBlock(index, block: block, of: count) }
+                blocks.addExecutionBlock { [self, bodySentinel] in
+                    bodySentinel.keep()
+                    runBlock(index, block: block, of: count)
+                }
             }
             operation = blocks
         case .async:
-            operation = AsyncOperation { [self] operation in runAsync(index, operation) }
+            operation = AsyncOperation { [self, bodySentinel] operation in
+                bodySentinel.keep()
+                runAsync(index, operation)
+            }
+        case .result, .queueRun:
+            operation = ResultOperation<Int, Never> { [self, bodySentinel] () async -> Int in
+                bodySentinel.keep()
+                return await runResult(index)
+            }
         }
         operation.name = "op \(index)"
         operation.queuePriority = spec.priority
         operation.qualityOfService = spec.qualityOfService
-        record.operation.withLock { $0 = operation }
+        record.refs.withLock { refs in
+            refs.strong = operation
+            refs.weak = operation
+            refs.bodySentinel = bodySentinel
+            refs.completionSentinel = completionSentinel
+        }
+        record.created.store(true, ordering: .sequentiallyConsistent)
+        if faultHold.withLock({ $0.isEmpty }) {
+            if configuration.injectedFault == .leakOperation { faultHold.withLock { $0.append(operation) } }
+            if configuration.injectedFault == .leakClosure { faultHold.withLock { $0.append(completionSentinel) } }
+        }
         for dependency in spec.dependencies where configuration.injectedFault != .dependenciesNotAdded {
             guard let other = records[dependency].op else {
-                violate(.other, "engine: dependency op \(dependency) of op \(index) does not exist yet")
+                // Finished and released: nothing to wait for.
+                if records[dependency].completions.load(ordering: .sequentiallyConsistent) > 0 { continue }
+                violate(.other, "engine: dependency op \(dependency) of op \(index) does not exist (not created yet, or released before its completion block ran)")
                 continue
             }
             operation.addDependency(other)
         }
-        operation.completionBlock = { [self] in completionDidRun(index) }
-        if spec.observesFinish {
-            let token = operation.observe(\.isFinished, options: [.new]) { [record] _, change in
-                if change.newValue == true { record.finishNotifications.add(1, ordering: .sequentiallyConsistent) }
-            }
-            record.observation.withLock { $0 = token }
+        operation.completionBlock = { [self, completionSentinel] in
+            completionSentinel.keep()
+            completionDidRun(index)
         }
+        installObservers(record, operation)
         outstanding.add(1, ordering: .sequentiallyConsistent)
         created.add(1, ordering: .relaxed)
         createdHighWater.max(index + 1, ordering: .sequentiallyConsistent)
@@ -129,6 +159,18 @@ final class StressRound: Sendable {
     func add(_ indices: [Int], toQueue queue: Int, batch: Bool) {
         let tracker = trackers[queue]
         let operations = indices.compactMap { records[$0].op }
+        stampAdd(indices, tracker: tracker)
+        if batch {
+            tracker.queue.addOperations(operations, waitUntilFinished: false)
+        } else {
+            for operation in operations { tracker.queue.addOperation(operation) }
+        }
+        tracker.state.withLock { $0.addLog.append(contentsOf: indices) }
+    }
+
+    /// Records when the adds of `indices` to the tracker's queue begin, and
+    /// the barrier they must follow.
+    func stampAdd(_ indices: [Int], tracker: QueueTracker) {
         tracker.state.withLock { state in
             let tick = clock.tick()
             for index in indices {
@@ -136,12 +178,6 @@ final class StressRound: Sendable {
                 records[index].requiredBarrier.store(state.lastReturnedBarrier, ordering: .sequentiallyConsistent)
             }
         }
-        if batch {
-            tracker.queue.addOperations(operations, waitUntilFinished: false)
-        } else {
-            for operation in operations { tracker.queue.addOperation(operation) }
-        }
-        tracker.state.withLock { $0.addLog.append(contentsOf: indices) }
     }
 
     /// Arms operation `index` to be started by hand once every dependency's
@@ -178,14 +214,20 @@ final class StressRound: Sendable {
         tracker.state.withLock { state in
             let end = state.addLog.count
             barrier.before.withLock { $0 = Array(state.addLog[state.barrierCheckpoint..<end]) }
+            barrier.previous.store(state.lastReturnedBarrier, ordering: .sequentiallyConsistent)
+            barrier.queueIndex.store(queue, ordering: .sequentiallyConsistent)
             state.barrierCheckpoint = end
             barrier.addTick.store(clock.tick(), ordering: .sequentiallyConsistent)
         }
         outstanding.add(1, ordering: .sequentiallyConsistent)
+        // Released with the block: if the block never ran (a cancelled
+        // barrier), its release completes the barrier for the engine.
+        let token = BarrierToken(round: self, id: id, queue: queue)
+        barrier.token.withLock { $0.token = token }
         if configuration.injectedFault == .barriersNotBarriers {
-            tracker.queue.addOperation { [self] in scoped { runBarrier(id, queue: queue) } }
+            tracker.queue.addOperation { [self, token] in token.run { scoped { runBarrier(id, queue: queue) } } }
         } else {
-            tracker.queue.addBarrierBlock { [self] in scoped { runBarrier(id, queue: queue) } }
+            tracker.queue.addBarrierBlock { [self, token] in token.run { scoped { runBarrier(id, queue: queue) } } }
         }
         tracker.state.withLock { $0.lastReturnedBarrier = id }
     }
@@ -199,7 +241,7 @@ final class StressRound: Sendable {
             bodyWillStart(record, operation)
             if record.spec.cancellation == .selfDuringWork { cancelDuringWork(record, operation) }
             consume(simulateWork(record.spec.work, seed: index, isCancelled: record.spec.cooperative ? { operation.isCancelled } : nil))
-            addChildren(of: record)
+            addChildren(of: record, from: .body)
             bodyDidEnd(record)
         }
     }
@@ -216,7 +258,7 @@ final class StressRound: Sendable {
                 if let operation = record.op { bodyWillStart(record, operation) }
             }
             consume(simulateWork(record.spec.work / count + 1, seed: index &+ block))
-            if runs == 1 { addChildren(of: record) }
+            if runs == 1 { addChildren(of: record, from: .body) }
             if record.blocksDone.wrappingAdd(1, ordering: .sequentiallyConsistent).newValue == count {
                 bodyDidEnd(record)
             }
@@ -231,7 +273,7 @@ final class StressRound: Sendable {
             bodyWillStart(record, operation)
             if record.spec.cancellation == .selfDuringWork { cancelDuringWork(record, operation) }
             consume(simulateWork(record.spec.work / 2, seed: index, isCancelled: record.spec.cooperative ? { operation.isCancelled } : nil))
-            addChildren(of: record)
+            addChildren(of: record, from: .body)
             guard case .async(let elsewhere) = record.spec.kind, elsewhere else {
                 bodyDidEnd(record)
                 operation.finish()
@@ -258,7 +300,7 @@ final class StressRound: Sendable {
         }
         for index in barrier.before.withLock({ $0 }) {
             let record = records[index]
-            let finished = record.op?.isFinished ?? false
+            let finished = record.hasFinished
             if !finished || record.bodyState.load(ordering: .sequentiallyConsistent) == 1 {
                 violate(.barrierOrder, "barrier \(id) on queue \(queue) ran before op \(index), added before it, finished (\(record.op.map { "\($0)" } ?? "nil"))")
             }
@@ -286,14 +328,15 @@ final class StressRound: Sendable {
         var lowerBound = record.addTick.load(ordering: .sequentiallyConsistent)
         for dependency in record.spec.dependencies {
             let other = records[dependency]
-            let finished = other.op?.isFinished ?? false
+            let finished = other.hasFinished
             if !finished || other.bodyState.load(ordering: .sequentiallyConsistent) == 1 {
                 violate(.startedBeforeDependency, "op \(index) started before its dependency op \(dependency) finished (dependency: \(other.op.map { "\($0)" } ?? "nil"), body state \(other.bodyState.load(ordering: .sequentiallyConsistent)))")
             }
             lowerBound = max(lowerBound, other.bodyEndTick.load(ordering: .sequentiallyConsistent))
         }
         let barrier = record.requiredBarrier.load(ordering: .sequentiallyConsistent)
-        if barrier >= 0, !barriers[barrier].blockEnded.load(ordering: .sequentiallyConsistent) {
+        if barrier >= 0, !barriers[barrier].blockEnded.load(ordering: .sequentiallyConsistent),
+           !barrierMayHaveBeenCancelled(barrier, before: index) {
             let other = barriers[barrier]
             let runs = other.runs.load(ordering: .sequentiallyConsistent)
             violate(.barrierOrder, "op \(index) [\(record.spec.summary)] started before barrier \(barrier) finished, although the barrier's addBarrierBlock returned before the op's add began (op add tick \(record.addTick.load(ordering: .sequentiallyConsistent)), barrier add tick \(other.addTick.load(ordering: .sequentiallyConsistent)), barrier block \(runs == 0 ? "not started" : "running")); op: \(operation)")
@@ -337,7 +380,9 @@ final class StressRound: Sendable {
         }
     }
 
-    private func addChildren(of record: OpRecord) {
+    func addChildren(of record: OpRecord, from source: StressPlan.OperationSpec.ChildSource) {
+        guard record.spec.childSource == source else { return }
+        if source != .body { counters.observerActions.add(1, ordering: .relaxed) }
         for child in record.spec.children {
             makeOperation(child)
             guard case .queue(let queue) = records[child].spec.placement else { continue }
@@ -352,7 +397,11 @@ final class StressRound: Sendable {
             let record = records[index]
             let previous = record.completions.wrappingAdd(1, ordering: .sequentiallyConsistent).oldValue
             if previous > 0 { violate(.completion, "op \(index): completion block ran \(previous + 1) times") }
-            guard let operation = record.op else { return }
+            guard let operation = record.op else {
+                violate(.leak, "op \(index): released before its completion block ran")
+                releaseOutstanding()
+                return
+            }
             if !operation.isFinished {
                 violate(.completion, "op \(index): completion block ran before the operation finished: \(operation)")
             }
@@ -363,7 +412,7 @@ final class StressRound: Sendable {
             if starts > 0, record.bodyState.load(ordering: .sequentiallyConsistent) != 2 {
                 violate(.completion, "op \(index): completion block ran before its body ended")
             }
-            if starts == 0, let queue = record.queueIndex {
+            if starts == 0, let queue = record.queueIndex, !record.expectsRejection.load(ordering: .sequentiallyConsistent) {
                 // A cancelled operation is retired by its queue's start(): a
                 // suspended queue starts nothing, cancelled operations included.
                 let addTick = record.addTick.load(ordering: .sequentiallyConsistent)
@@ -378,6 +427,17 @@ final class StressRound: Sendable {
                 return state.completionListeners
             }
             for listener in listeners { listener() }
+            checkResult(record, operation, bodyRan: starts > 0)
+            addChildren(of: record, from: .completionBlock)
+            record.finalCancelled.store(operation.isCancelled, ordering: .sequentiallyConsistent)
+            // The engine is done with the operation: from now on only the
+            // library (until it retires it) and dependents keep it alive.
+            let tokens = record.observations.withLock { tokens in
+                defer { tokens = [] }
+                return tokens
+            }
+            for token in tokens { token.invalidate() }
+            record.refs.withLock { $0.strong = nil }
             releaseOutstanding()
         }
     }
@@ -391,11 +451,15 @@ final class StressRound: Sendable {
     /// Breaks the reference cycles between records, operations and the round.
     func teardown() {
         for record in records {
-            record.operation.withLock { $0 = nil }
-            record.observation.withLock { token in
-                token?.invalidate()
-                token = nil
+            if let operation = record.refs.withLock({ $0.strong }) {
+                record.finalCancelled.store(operation.isCancelled, ordering: .sequentiallyConsistent)
             }
+            record.refs.withLock { $0.strong = nil }
+            let tokens = record.observations.withLock { tokens in
+                defer { tokens = [] }
+                return tokens
+            }
+            for token in tokens { token.invalidate() }
             record.gate.withLock { state in
                 state.pendingCancels = []
                 state.completionListeners = []
@@ -410,10 +474,13 @@ final class StressOperation: Operation, @unchecked Sendable {
     // subclass adds only immutable `let`s of Sendable types.
     let index: Int
     let round: StressRound
+    /// Tracked weakly by the census, like the closures of other kinds.
+    let sentinel: Sentinel
 
-    init(index: Int, round: StressRound) {
+    init(index: Int, round: StressRound, sentinel: Sentinel) {
         self.index = index
         self.round = round
+        self.sentinel = sentinel
         super.init()
     }
 

@@ -39,8 +39,26 @@ import Synchronization
 ///   `operationCount` is 0 and `operations` is empty.
 /// - **Bounded waits**: every wait has a timeout; reaching it is a
 ///   violation that carries a dump of the queues' states.
-/// - **No misuse**: the engine never misuses the library, so any misuse the
-///   library reports is a violation.
+/// - **No misuse but the deliberate ones**: any misuse the library reports
+///   is a violation, except the ones the driver commits on purpose
+///   (starting an enqueued operation by hand, adding one to a second
+///   queue), each of which must be reported exactly once and refused.
+/// - **Pending limits**: a suspended queue filled to its limit holds exactly
+///   the limit; `.reject` cancels what does not fit (it never runs);
+///   `tryAddOperation` refuses and leaves the operation untouched; blocking
+///   and `async` adds do not return until there is room.
+/// - **Async bodies**: `ResultOperation` bodies and `queue.run {}` return
+///   their typed values; `queue.run` throws `CancellationError` only if the
+///   body never ran.
+/// - **Cancelled barriers still order**: an operation that starts while the
+///   barrier before it has not run its block finds every operation added
+///   before that barrier finished, and that barrier's block never runs.
+/// - **Invariants**: `OperationQueue._checkInvariants()` after every driver
+///   step and at the end (when `checksInvariants`).
+/// - **Lifetimes**: the engine holds an operation only until its completion
+///   block ran; once the round drained it drops its queues too, and the
+///   census checks that every operation, the sentinel captured by each of
+///   its closures, every barrier block and every queue is released.
 public enum StressRunner {
     /// Runs one round. `log` receives progress lines (the seed first, so
     /// that even a crash leaves the seed in the output).
@@ -63,9 +81,15 @@ public enum StressRunner {
             chaos?.stop(timeout: configuration.waitTimeout)
             return finish(round)
         }
-        if completed { checkRecords(round) }
+        var census = (tracked: 0, leaks: 0)
+        if completed {
+            checkRecords(round)
+            round.checkStartsPastUnrunBarriers()
+            census = round.census()
+        }
         var report = makeReport(round, drained: drained)
-        if completed { round.teardown() }
+        report.censusTracked = census.tracked
+        report.censusLeaks = census.leaks
         report.elapsed = clock.now - started
         return report
     }
@@ -75,10 +99,13 @@ public enum StressRunner {
         for step in round.plan.steps {
             switch step {
             case .add(let index):
-                round.makeOperation(index)
+                let operation = round.makeOperation(index)
                 switch round.records[index].spec.placement {
                 case .queue(let queue): round.add([index], toQueue: queue, batch: false)
                 case .hand(let inline): round.armHandStart(index, inline: inline)
+                }
+                if let misuse = round.records[index].spec.misuse {
+                    round.commitMisuse(misuse, index: index, operation: operation)
                 }
                 chaos?.tick()
             case .addBatch(let queue, let indices):
@@ -95,7 +122,13 @@ public enum StressRunner {
                 if !round.trackers[queue].queue.waitUntilAllOperationsAreFinished(timeout: timeout) {
                     round.violate(.timeout, "the driver waited \(timeout) for queue \(queue) to drain\n\(round.dump())")
                 }
+            case .pending(let episode):
+                round.runEpisode(episode)
+            case .run(let queue, let index):
+                round.startQueueRun(index, queue: queue)
+                chaos?.tick()
             }
+            round.checkInvariants(after: "driver step \(step)")
         }
     }
 
@@ -147,6 +180,7 @@ public enum StressRunner {
                 round.violate(.completion, "queue \(tracker.spec.index): the engine still counts \(running) as running (their completion blocks never ran)")
             }
         }
+        round.checkInvariants(after: "the final drain")
         return (drained, true)
     }
 
@@ -155,25 +189,33 @@ public enum StressRunner {
         for record in round.records {
             let spec = record.spec
             let index = spec.index
-            guard let operation = record.op else {
-                if case .child(let parent) = spec.origin,
-                   round.records[parent].bodyStarts.load(ordering: .sequentiallyConsistent) > 0 {
-                    round.violate(.other, "engine: op \(index) was never created although its parent op \(parent) ran")
+            guard record.created.load(ordering: .sequentiallyConsistent) else {
+                if case .child(let parent) = spec.origin {
+                    let parentRecord = round.records[parent]
+                    let mustExist = parentRecord.spec.childSource == .completionBlock
+                        ? parentRecord.completions.load(ordering: .sequentiallyConsistent) > 0
+                        : parentRecord.bodyStarts.load(ordering: .sequentiallyConsistent) > 0
+                    if mustExist {
+                        round.violate(.other, "engine: op \(index) was never created although its parent op \(parent) ran (children added from \(parentRecord.spec.childSource))")
+                    }
                 }
                 continue
             }
             let starts = record.bodyStarts.load(ordering: .sequentiallyConsistent)
             let completions = record.completions.load(ordering: .sequentiallyConsistent)
-            if !operation.isFinished {
+            // Held strongly until its completion block ran; read then.
+            let operation = completions > 0 ? nil : record.op
+            let isCancelled = operation?.isCancelled ?? record.finalCancelled.load(ordering: .sequentiallyConsistent)
+            if let operation, !operation.isFinished {
                 round.violate(.finish, "op \(index) [\(spec.summary)] never finished: \(operation)")
             }
             if completions != 1 {
                 round.violate(.completion, "op \(index) [\(spec.summary)]: completion block ran \(completions) times")
             }
-            if record.knownCancelledBeforeStart.load(ordering: .sequentiallyConsistent), !operation.isCancelled {
+            if record.knownCancelledBeforeStart.load(ordering: .sequentiallyConsistent), !isCancelled {
                 round.violate(.other, "op \(index) was cancelled before it started but isCancelled is false")
             }
-            if !operation.isCancelled, starts != 1 {
+            if !isCancelled, starts != 1 {
                 round.violate(.finish, "op \(index) [\(spec.summary)] was never cancelled but its body ran \(starts) times")
             }
             if case .blocks(let count) = spec.kind, starts > 0 {
@@ -192,7 +234,10 @@ public enum StressRunner {
         }
         for barrier in round.barriers {
             let runs = barrier.runs.load(ordering: .sequentiallyConsistent)
-            if runs != 1 { round.violate(.finish, "barrier \(barrier.id) ran \(runs) times") }
+            let skipped = barrier.skipped.load(ordering: .sequentiallyConsistent)
+            if runs > 1 || (runs == 0) != skipped {
+                round.violate(.finish, "barrier \(barrier.id) ran \(runs) times (block released without running: \(skipped))")
+            }
         }
     }
 
@@ -202,12 +247,14 @@ public enum StressRunner {
         var cancelled = 0
         var cancelledBeforeStart = 0
         var cancelledWhileRunning = 0
-        for record in round.records {
-            guard let operation = record.op else { continue }
+        for record in round.records where record.created.load(ordering: .sequentiallyConsistent) {
             let ran = record.bodyStarts.load(ordering: .sequentiallyConsistent) > 0
             if record.completions.load(ordering: .sequentiallyConsistent) > 0 { run += 1 }
             if ran { bodies += 1 }
-            if operation.isCancelled {
+            let isCancelled = record.completions.load(ordering: .sequentiallyConsistent) > 0
+                ? record.finalCancelled.load(ordering: .sequentiallyConsistent)
+                : record.op?.isCancelled ?? false
+            if isCancelled {
                 cancelled += 1
                 if ran { cancelledWhileRunning += 1 }
             }
@@ -216,7 +263,8 @@ public enum StressRunner {
         let barriersRun = round.barriers.filter { $0.runs.load(ordering: .sequentiallyConsistent) > 0 }.count
         let peak = round.trackers.map { tracker in tracker.state.withLock { $0.peak } }.max() ?? 0
         let (kept, count) = round.violations.snapshot
-        return StressReport(
+        let counters = round.counters
+        var report = StressReport(
             seed: round.configuration.seed,
             planFingerprint: round.plan.fingerprint,
             operationsPlanned: round.plan.operations.count,
@@ -235,5 +283,15 @@ public enum StressRunner {
             violationCount: count,
             elapsed: .zero
         )
+        report.barriersCancelled = round.barriers.filter { $0.skipped.load(ordering: .sequentiallyConsistent) }.count
+        report.rejected = counters.rejected.load(ordering: .relaxed)
+        report.tryAddsRefused = counters.tryAddsRefused.load(ordering: .relaxed)
+        report.waitedAdds = counters.waitedAdds.load(ordering: .relaxed)
+        report.queueRuns = counters.queueRuns.load(ordering: .relaxed)
+        report.misusesCommitted = counters.misusesCommitted.load(ordering: .relaxed)
+        report.misusesReported = counters.misusesReported.load(ordering: .relaxed)
+        report.observerActions = counters.observerActions.load(ordering: .relaxed)
+        report.invariantChecks = counters.invariantChecks.load(ordering: .relaxed)
+        return report
     }
 }

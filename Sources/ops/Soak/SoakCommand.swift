@@ -9,7 +9,9 @@ struct Soak: ParsableCommand {
         discussion: """
             Each round generates its queues, operations and chaos from its seed, runs them, \
             and checks the invariants (every operation finishes once, dependencies, barriers, \
-            width limits, suspension, completion blocks, draining, bounded waits). Rounds use \
+            width limits, suspension, completion blocks, draining, bounded waits, pending limits, \
+            async bodies, observers that wait or add, deliberate misuses, and a weak-reference \
+            census proving that no operation, closure or queue outlives the round). Rounds use \
             successive seeds. A failing round prints its seed and the command that reruns it. \
             Exits with status 1 on any violation, 64 on a bad argument.
 
@@ -46,6 +48,12 @@ struct Soak: ParsableCommand {
 
     @Flag(help: "Run without the chaos threads (suspend, resize, cancel, outside waits).")
     var noChaos = false
+
+    @Flag(help: "Call OperationQueue._checkInvariants() on every queue after every driver step (on by default in debug builds).")
+    var checkInvariants = false
+
+    @Flag(help: ArgumentHelp("Let operations on any queue get isFinished observers that wait (stalls width-1 queues until the core keeps no slot during observers).", visibility: .hidden))
+    var observerWaitsAnywhere = false
 
     @Option(help: ArgumentHelp("Inject a deliberate fault into the engine, to see the checks fire.", visibility: .hidden))
     var injectFault: String?
@@ -103,7 +111,7 @@ struct Soak: ParsableCommand {
             + (rounds != nil && budget != nil ? " or \(roundLimit) round(s)" : ""))
 
         if let describeOperation {
-            let plan = StressPlan(configuration: StressConfiguration(seed: firstSeed, operations: operationsPerRound, queues: queues, barriers: !noBarriers))
+            let plan = StressPlan(configuration: StressConfiguration(seed: firstSeed, operations: operationsPerRound, queues: queues, barriers: !noBarriers, observerWaitsOnAnyQueue: observerWaitsAnywhere))
             print(plan.describe(operation: describeOperation))
             return
         }
@@ -124,7 +132,9 @@ struct Soak: ParsableCommand {
                 barriers: !noBarriers,
                 chaos: !noChaos,
                 installsProcessWideMisuseHandler: true,
-                injectedFault: fault ?? .none
+                injectedFault: fault ?? .none,
+                checksInvariants: checkInvariants || _isDebugAssertConfiguration(),
+                observerWaitsOnAnyQueue: observerWaitsAnywhere
             )
             let report = StressRunner.run(configuration)
             roundsRun += 1
@@ -140,7 +150,7 @@ struct Soak: ParsableCommand {
                     print("  … and \(report.violationCount - report.violations.count) more")
                 }
                 if !report.queuesDrained && report.violationCount == 0 { violations += 1 }
-                print("  rerun: swift run -c release ops soak --seed \(roundSeed) --rounds 1 --operations-per-round \(operationsPerRound) --queues \(queues)\(noBarriers ? " --no-barriers" : "")\(noChaos ? " --no-chaos" : "")")
+                print("  rerun: swift run -c release ops soak --seed \(roundSeed) --rounds 1 --operations-per-round \(operationsPerRound) --queues \(queues)\(noBarriers ? " --no-barriers" : "")\(noChaos ? " --no-chaos" : "")\(checkInvariants ? " --check-invariants" : "")\(observerWaitsAnywhere ? " --observer-waits-anywhere" : "")")
             }
         }
         let elapsed = clock.now - started
