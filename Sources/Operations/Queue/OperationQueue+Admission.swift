@@ -46,6 +46,10 @@ extension OperationQueue {
 
         let tracing = TraceRecorder.isActive
         let instrumented = OperationInstrumentation.isActive
+        // Instruments are told after the lock is released, when the queue may
+        // already have started the operation: the event carries the time of
+        // the add itself.
+        let addedAt: ContinuousClock.Instant? = instrumented ? .now : nil
         let collect = collecting || tracing || instrumented
         var accepted: [Operation] = []
         var refused: [(Operation, OperationState.EnqueueRefusal, OperationQueue?)] = []
@@ -113,10 +117,10 @@ extension OperationQueue {
         if tracing {
             for operation in accepted { TraceRecorder.shared.describe(operation, queue: self) }
         }
-        if instrumented {
+        if let addedAt {
             for operation in accepted {
-                OperationInstrumentation.emit(.added, operation, queue: self)
-                if operation.loadState().isBaseReady { OperationInstrumentation.emit(.ready, operation, queue: self) }
+                OperationInstrumentation.emit(.added, operation, queue: self, at: addedAt)
+                if operation.loadState().isBaseReady { OperationInstrumentation.emit(.ready, operation, queue: self, at: addedAt) }
             }
         }
         return collecting ? accepted : []

@@ -26,12 +26,17 @@ public struct OperationEvent: Sendable {
     public let operation: Operation
     /// Its queue, when known.
     public let queue: OperationQueue?
-    /// When.
+    /// When it happened. Events are delivered on the thread where they
+    /// happen, after the library's locks are released, so two events of one
+    /// operation on different threads can arrive out of order (a queue may
+    /// start an operation before the thread that added it delivers `added`);
+    /// their times are in the right order.
     public let time: ContinuousClock.Instant
 }
 
 /// Instruments that observe every operation's lifecycle: the hook behind the
-/// `OperationsMetrics` integration.
+/// metrics and tracing integrations (the `OperationsMetrics` and
+/// `OperationsTracing` products).
 ///
 /// With no instrument installed, each hook costs one relaxed atomic load.
 /// Instruments are called on the thread where the event happens, never
@@ -72,9 +77,10 @@ public enum OperationInstrumentation {
     @inline(__always)
     static var isActive: Bool { installed.load(ordering: .relaxed) }
 
-    /// Delivers an event. Call only when `isActive`, with no library lock held.
-    static func emit(_ kind: OperationEvent.Kind, _ operation: Operation, queue: OperationQueue?) {
-        let event = OperationEvent(kind: kind, operation: operation, queue: queue, time: .now)
+    /// Delivers an event that happened at `time` (now, by default). Call
+    /// only when `isActive`, with no library lock held.
+    static func emit(_ kind: OperationEvent.Kind, _ operation: Operation, queue: OperationQueue?, at time: ContinuousClock.Instant = .now) {
+        let event = OperationEvent(kind: kind, operation: operation, queue: queue, time: time)
         let current = instruments.withLock { Array($0.values) }
         for instrument in current { instrument(event) }
     }

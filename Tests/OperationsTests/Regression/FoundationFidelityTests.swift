@@ -158,8 +158,11 @@ struct StartAlwaysCalledTests {
         let running = GatedOperation()
         let cancelled = GatedOperation()
         cancelled.gate.open()
-        queue.addOperations([running, cancelled], waitUntilFinished: false)
+        // Added one after the other: each evaluates its (empty) conditions on
+        // another thread, so added together either could become ready first.
+        queue.addOperation(running)
         #expect(running.executing.wait())
+        queue.addOperation(cancelled)
         cancelled.cancel()
         #expect(staysFalse { cancelled.startCalls.count > 0 }, "the cancelled operation's start() ran while another operation executed on a width-1 queue")
         running.gate.open()
