@@ -100,7 +100,9 @@ struct TraceExportTests {
         let finishes = events.filter { string($0, "ph") == "f" }.compactMap { number($0, "id") }
         #expect(Set(starts) == Set(finishes) && starts.count == finishes.count && starts.count >= 4)
         let threadNames = events.filter { string($0, "ph") == "M" && string($0, "name") == "thread_name" }
-        #expect(threadNames.count == trace.workers.count)
+            .compactMap { ($0["args"] as? NSDictionary)?["name"] as? String }
+        let notStarted = trace.operations.contains { $0.started == nil } ? ["not started"] : []
+        #expect(threadNames.sorted() == (trace.workers.map(\.name) + notStarted).sorted())
         #expect(events.contains { string($0, "ph") == "C" && string($0, "name") == "queue json-queue" })
     }
 

@@ -81,12 +81,24 @@ extension OperationQueue {
                     TraceRecorder.shared.record(.started, next, queue: self)
                     for operation in cancelledBatch { TraceRecorder.shared.record(.started, operation, queue: self) }
                 }
-            } else if !userTail {
+            } else if userTail {
+                // The tail (observers, completion blocks) is user code that
+                // may block, for example waiting for the next operation: the
+                // loop counts as busy meanwhile, so that another loop takes
+                // the slot the finished operation freed.
+                state.drainerBusy(true)
+            } else {
                 state.drainerStopped()
             }
-            let effects = takeEffectsLocked()
+            var effects = takeEffectsLocked()
             lock.unlock()
 
+            // Another loop, if one was requested, starts before the tails
+            // below run: a tail may block until that loop has run more work.
+            if let loop = effects.drainLoop {
+                effects.drainLoop = nil
+                post(drainLoopTo: loop)
+            }
             // The list's references go first, then each finished operation's
             // observers and completion block, then waiters.
             released.removeAll(keepingCapacity: true)
@@ -105,6 +117,7 @@ extension OperationQueue {
             if userTail {
                 // Pick the next operation now that the tail has run.
                 lock.lock()
+                state.drainerBusy(false)
                 continue
             }
             guard let operation = next else { break }
