@@ -37,13 +37,14 @@ public struct StressConfiguration: Sendable, Hashable {
     /// returns is a violation). On by default in debug builds (tests), off
     /// in release builds (`ops soak --check-invariants` turns it on).
     public var checksInvariants: Bool
-    /// Whether operations on any queue may get an `isFinished` observer that
-    /// waits for another operation. Off by default: an operation keeps its
-    /// slot until its observers and completion block return (a core bug,
-    /// see `StressTests.blockingTailHoldsSlot`), so such waits stall queues
-    /// of width 1 until they time out; then only operations on
-    /// `.unbounded` queues get such observers.
-    public var observerWaitsOnAnyQueue: Bool
+    /// Whether the plan gives some operations an `isFinished` observer that
+    /// waits (bounded) for another operation. Off by default: while an
+    /// observer or completion block runs, its queue's drain loop starts
+    /// nothing else and no other drain loop is started for operations that
+    /// become ready meanwhile (a core bug, see
+    /// `StressTests.blockingTailHoldsSlot`), so such waits stall until they
+    /// time out. `ops soak --blocking-observers` turns it on.
+    public var blockingObservers: Bool
     /// How long the weak-reference census waits for the last references
     /// to operations, closures and queues to go (threads that finished an
     /// operation may still hold it for a moment) before it reports leaks.
@@ -94,7 +95,7 @@ public struct StressConfiguration: Sendable, Hashable {
         injectedFault: InjectedFault = .none,
         checksInvariants: Bool = _isDebugAssertConfiguration(),
         censusTimeout: Duration = .seconds(10),
-        observerWaitsOnAnyQueue: Bool = false
+        blockingObservers: Bool = false
     ) {
         self.seed = seed
         self.operations = max(1, operations)
@@ -107,7 +108,7 @@ public struct StressConfiguration: Sendable, Hashable {
         self.injectedFault = injectedFault
         self.checksInvariants = checksInvariants
         self.censusTimeout = censusTimeout
-        self.observerWaitsOnAnyQueue = observerWaitsOnAnyQueue
+        self.blockingObservers = blockingObservers
     }
 }
 

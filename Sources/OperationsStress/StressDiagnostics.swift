@@ -43,7 +43,7 @@ extension StressRound {
             listed += 1
             let dependencies = record.spec.dependencies.map { dependency -> String in
                 let other = records[dependency]
-                return "op \(dependency) finished \(other.op?.isFinished ?? false) completed \(other.completions.load(ordering: .sequentiallyConsistent))"
+                return "op \(dependency) finished \(other.hasFinished) completed \(other.completions.load(ordering: .sequentiallyConsistent))"
             }
             lines.append("  incomplete op \(record.spec.index) [\(record.spec.summary)]: \(operation) body starts \(record.bodyStarts.load(ordering: .sequentiallyConsistent)) state \(record.bodyState.load(ordering: .sequentiallyConsistent)); dependencies: \(dependencies)")
         }

@@ -163,10 +163,7 @@ extension PlanGenerator {
     /// Now and then, an older queued driver operation for an `isFinished`
     /// observer of `index` to wait for (it cannot depend on `index`).
     mutating func pickObserverWaitTarget(for index: Int) -> Int? {
-        guard random.chance(perMille: 20) else { return nil }
-        if !configuration.observerWaitsOnAnyQueue {
-            guard case .queue(let queue) = operations[index].placement, queues[queue].role == .unbounded else { return nil }
-        }
+        guard configuration.blockingObservers, random.chance(perMille: 20) else { return nil }
         let candidates = driverIndices.suffix(32).filter { candidate in
             if case .queue = operations[candidate].placement { return true }
             return false

@@ -52,8 +52,8 @@ struct Soak: ParsableCommand {
     @Flag(help: "Call OperationQueue._checkInvariants() on every queue after every driver step (on by default in debug builds).")
     var checkInvariants = false
 
-    @Flag(help: ArgumentHelp("Let operations on any queue get isFinished observers that wait (stalls width-1 queues until the core keeps no slot during observers).", visibility: .hidden))
-    var observerWaitsAnywhere = false
+    @Flag(help: ArgumentHelp("Give some operations isFinished observers that wait for another operation (stalls queues until the core starts other work while an observer runs).", visibility: .hidden))
+    var blockingObservers = false
 
     @Option(help: ArgumentHelp("Inject a deliberate fault into the engine, to see the checks fire.", visibility: .hidden))
     var injectFault: String?
@@ -111,7 +111,7 @@ struct Soak: ParsableCommand {
             + (rounds != nil && budget != nil ? " or \(roundLimit) round(s)" : ""))
 
         if let describeOperation {
-            let plan = StressPlan(configuration: StressConfiguration(seed: firstSeed, operations: operationsPerRound, queues: queues, barriers: !noBarriers, observerWaitsOnAnyQueue: observerWaitsAnywhere))
+            let plan = StressPlan(configuration: StressConfiguration(seed: firstSeed, operations: operationsPerRound, queues: queues, barriers: !noBarriers, blockingObservers: blockingObservers))
             print(plan.describe(operation: describeOperation))
             return
         }
@@ -134,7 +134,7 @@ struct Soak: ParsableCommand {
                 installsProcessWideMisuseHandler: true,
                 injectedFault: fault ?? .none,
                 checksInvariants: checkInvariants || _isDebugAssertConfiguration(),
-                observerWaitsOnAnyQueue: observerWaitsAnywhere
+                blockingObservers: blockingObservers
             )
             let report = StressRunner.run(configuration)
             roundsRun += 1
@@ -150,7 +150,7 @@ struct Soak: ParsableCommand {
                     print("  … and \(report.violationCount - report.violations.count) more")
                 }
                 if !report.queuesDrained && report.violationCount == 0 { violations += 1 }
-                print("  rerun: swift run -c release ops soak --seed \(roundSeed) --rounds 1 --operations-per-round \(operationsPerRound) --queues \(queues)\(noBarriers ? " --no-barriers" : "")\(noChaos ? " --no-chaos" : "")\(checkInvariants ? " --check-invariants" : "")\(observerWaitsAnywhere ? " --observer-waits-anywhere" : "")")
+                print("  rerun: swift run -c release ops soak --seed \(roundSeed) --rounds 1 --operations-per-round \(operationsPerRound) --queues \(queues)\(noBarriers ? " --no-barriers" : "")\(noChaos ? " --no-chaos" : "")\(checkInvariants ? " --check-invariants" : "")\(blockingObservers ? " --blocking-observers" : "")")
             }
         }
         let elapsed = clock.now - started
