@@ -38,12 +38,10 @@ public struct StressConfiguration: Sendable, Hashable {
     /// in release builds (`ops soak --check-invariants` turns it on).
     public var checksInvariants: Bool
     /// Whether the plan gives some operations an `isFinished` observer that
-    /// waits (bounded) for another operation. Off by default: while an
-    /// observer or completion block runs, its queue's drain loop starts
-    /// nothing else and no other drain loop is started for operations that
-    /// become ready meanwhile (a core bug, see
-    /// `StressTests.blockingTailHoldsSlot`), so such waits stall until they
-    /// time out. `ops soak --blocking-observers` turns it on.
+    /// waits (bounded) for another operation. On by default (it was off
+    /// while a core bug let such waits stall their queue, see
+    /// `StressTests.blockingTailHoldsSlot`); `ops soak
+    /// --no-blocking-observers` turns it off.
     public var blockingObservers: Bool
     /// How long the weak-reference census waits for the last references
     /// to operations, closures and queues to go (threads that finished an
@@ -95,7 +93,7 @@ public struct StressConfiguration: Sendable, Hashable {
         injectedFault: InjectedFault = .none,
         checksInvariants: Bool = _isDebugAssertConfiguration(),
         censusTimeout: Duration = .seconds(10),
-        blockingObservers: Bool = false
+        blockingObservers: Bool = true
     ) {
         self.seed = seed
         self.operations = max(1, operations)

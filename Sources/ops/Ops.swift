@@ -1,4 +1,3 @@
-import ArgumentParser
 #if canImport(Glibc)
 @preconcurrency import Glibc
 #elseif canImport(Musl)
@@ -7,19 +6,39 @@ import ArgumentParser
 @preconcurrency import Darwin
 #endif
 
-/// `ops`: runs the documents' examples, the benchmark and the soak test.
+/// `ops`: runs the documents' examples, the benchmark, the soak test, and
+/// records traces and dependency graphs.
 ///
 /// Every bad argument ends the process with status 64 (`EX_USAGE`) and a
-/// message naming the argument: ArgumentParser reports parse errors and the
-/// `ValidationError`s thrown by each command's `validate()` with that status.
+/// message naming the argument.
 @main
-struct Ops: AsyncParsableCommand {
-    static let configuration = CommandConfiguration(
-        commandName: "ops",
-        abstract: "Operation queues for Swift on Linux: demos, benchmark, soak test.",
-        version: operationsVersion,
-        subcommands: [Demo.self, Bench.self, Soak.self]
-    )
+enum Ops {
+    static var specs: [CommandSpec] { [Demo.spec, Bench.spec, Soak.spec, Trace.spec, Graph.spec] }
+
+    /// Runs the subcommand named `name`, or returns nil if there is none.
+    static func run(_ name: String, _ arguments: [String]) async -> Int32? {
+        switch name {
+        case Demo.spec.name: return await Demo.main(arguments)
+        case Bench.spec.name: return await Bench.main(arguments)
+        case Soak.spec.name: return await Soak.main(arguments)
+        case Trace.spec.name: return await Trace.main(arguments)
+        case Graph.spec.name: return await Graph.main(arguments)
+        default: return nil
+        }
+    }
+
+    static let overview = "Operation queues for Swift on Linux: demos, benchmark, soak test, traces and graphs."
+
+    static var help: String {
+        var lines = ["OVERVIEW: \(overview)", "", "USAGE: ops <subcommand>", "", "OPTIONS:",
+                     "  --version               Show the version.",
+                     "  -h, --help              Show help information.", "", "SUBCOMMANDS:"]
+        for spec in specs {
+            lines.append("  " + TextLayout.pad(spec.name, to: 24) + spec.abstract)
+        }
+        lines += ["", "  See 'ops <subcommand> --help' for detailed help."]
+        return lines.joined(separator: "\n")
+    }
 
     /// Makes standard output line-buffered, then parses and runs the command.
     ///
@@ -30,6 +49,33 @@ struct Ops: AsyncParsableCommand {
         // `stdout` is a C global; the @preconcurrency imports above let Swift 6
         // read it here, once, before anything is printed.
         setvbuf(stdout, nil, _IOLBF, 0)
-        await main(nil)
+        var arguments = Array(CommandLine.arguments.dropFirst())
+        guard let first = arguments.first else {
+            Console.line(help)
+            exit(0)
+        }
+        arguments.removeFirst()
+        switch first {
+        case "--version":
+            Console.line(operationsVersion)
+            exit(0)
+        case "--help", "-h":
+            Console.line(help)
+            exit(0)
+        case "help":
+            if let name = arguments.first, let spec = specs.first(where: { $0.name == name }) {
+                Console.line(spec.help)
+            } else {
+                Console.line(help)
+            }
+            exit(0)
+        default:
+            guard let status = await run(first, arguments) else {
+                let names = specs.map(\.name).joined(separator: ", ")
+                Console.error("Error: unknown subcommand '\(first)'; the subcommands are \(names).\nUsage: ops <subcommand>\n  See 'ops --help' for more information.\n")
+                exit(64)
+            }
+            exit(status)
+        }
     }
 }

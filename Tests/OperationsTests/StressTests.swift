@@ -152,8 +152,9 @@ struct StressTests {
             guard let target = op.finishObserverWaitsFor else { continue }
             #expect(target < op.index)
         }
-        // Off by default, until the core bug below is fixed.
-        #expect(!StressPlan(configuration: StressConfiguration(seed: StressTests.seeds[0], operations: 3_000)).operations.contains { $0.finishObserverWaitsFor != nil })
+        // On by default (the core bug of `blockingTailHoldsSlot` is fixed), and can be turned off.
+        #expect(StressPlan(configuration: StressConfiguration(seed: StressTests.seeds[0], operations: 3_000)).operations.contains { $0.finishObserverWaitsFor != nil })
+        #expect(!StressPlan(configuration: StressConfiguration(seed: StressTests.seeds[0], operations: 3_000, blockingObservers: false)).operations.contains { $0.finishObserverWaitsFor != nil })
     }
 
     @Test("The census reports an operation, a closure or a queue that outlives its round, by name",
@@ -184,18 +185,14 @@ struct StressTests {
 
     /// Found by the stress engine (seeds 30 and 424242, `isFinished`
     /// observers that wait): while an operation's `isFinished` observers or
-    /// completion block run, its queue's drain loop starts nothing else, and
-    /// no other drain loop is started for operations that become ready
-    /// meanwhile. So a bounded wait there for another operation of the same
-    /// queue times out (an unbounded one hangs), whatever the queue's width,
-    /// although the README says the operation has left its queue and freed
-    /// its slot before they run. `second` is ready from the start, or
-    /// becomes ready only once the observer (or completion block) has
-    /// started its dependency by hand. Recorded as an intermittent known
-    /// issue (the core is being reworked); once it no longer reproduces,
-    /// drop `withKnownIssue` and make `StressConfiguration.blockingObservers`
-    /// the default.
-    @Test("A waiting isFinished observer or completion block does not stall its queue (known core bug)",
+    /// completion block ran, its queue's drain loop started nothing else, and
+    /// posted its request for another loop only after they returned. So a
+    /// bounded wait there for another operation of the same queue timed out
+    /// (an unbounded one hung), whatever the queue's width, although the
+    /// operation has left its queue and freed its slot before they run.
+    /// `second` is ready from the start, or becomes ready only once the
+    /// observer (or completion block) has started its dependency by hand.
+    @Test("A waiting isFinished observer or completion block does not stall its queue (regression)",
           arguments: [1, 2, -1], [false, true])
     func blockingTailHoldsSlot(width: Int, fromCompletionBlock: Bool) {
         for readyFromStart in [true, false] {
@@ -223,9 +220,7 @@ struct StressTests {
         }
         queue.addOperations([first, second], waitUntilFinished: false)
         #expect(queue.waitUntilAllOperationsAreFinished(timeout: .seconds(10)))
-        withKnownIssue("core: a queue starts nothing while an operation's observers or completion block run", isIntermittent: true) {
-            #expect(waited.load(ordering: .sequentiallyConsistent) == 1, "width \(width), ready from the start \(readyFromStart): the wait for the queue's next operation timed out")
-        }
+        #expect(waited.load(ordering: .sequentiallyConsistent) == 1, "width \(width), ready from the start \(readyFromStart): the wait for the queue's next operation timed out")
         token?.invalidate()
     }
 

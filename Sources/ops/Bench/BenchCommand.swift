@@ -1,9 +1,8 @@
-import ArgumentParser
-
 /// `ops bench`: the workloads of BENCHMARKS.md on this library, Foundation's
 /// OperationQueue and raw Dispatch, in one process, interleaved.
-struct Bench: AsyncParsableCommand {
-    static let configuration = CommandConfiguration(
+struct Bench: OpsCommand {
+    static let spec = CommandSpec(
+        name: "bench",
         abstract: "Benchmark against Foundation and Dispatch.",
         discussion: """
             Runs each workload on this library, Foundation's OperationQueue and raw Dispatch, \
@@ -12,86 +11,78 @@ struct Bench: AsyncParsableCommand {
             a validation failure makes the exit status 1, a hang 3, a bad argument 64. Targets \
             never change the exit status. On a terminal a status line shows the row being run \
             and an estimate of the time left. Build with -c release.
-            """
+            """,
+        options: [
+            .init(name: "quick", value: nil, help: "A short smoke run for CI (a few seconds): small N, one repetition. Timings are not meaningful."),
+            .init(name: "repetitions", value: "repetitions", help: "Repetitions per row (default 5, or 1 with --quick; 1M and memory rows at most 3)."),
+            .init(name: "seed", value: "seed", help: "Seed for the random DAG (W5) and the priorities (W7)."),
+            .init(name: "max-run-seconds", value: "seconds", help: "Skip an engine on a row when its single run is predicted to take longer (default 60, or 10 with --quick). The prediction extrapolates the smaller sizes of the same workload (W1, W3, W4, W5)."),
+            .init(name: "only", value: "rows", help: "Run only these rows, comma-separated ids; a trailing * matches a prefix (e.g. W1,W3*)."),
+            .init(name: "engines", value: "engines", help: "Run only these engines, comma-separated: operations, foundation, dispatch (e.g. for profiling; without dispatch there are no ratios)."),
+            .init(name: "format", value: "format", help: "text: tables for people; json: one JSON object per line (JSON Lines), to compare runs across commits."),
+        ],
+        positionals: []
     )
-
-    // Numeric options parse `.unconditional`ly: the next word is the value
-    // even if it starts with "-", so that `--repetitions -1` reaches
-    // `validate()` and is refused with a message, instead of "Missing value".
-
-    @Flag(help: "A short smoke run for CI (a few seconds): small N, one repetition. Timings are not meaningful.")
-    var quick = false
-
-    @Option(parsing: .unconditional, help: "Repetitions per row (default 5, or 1 with --quick; 1M and memory rows at most 3).")
-    var repetitions: Int?
-
-    @Option(parsing: .unconditional, help: "Seed for the random DAG (W5) and the priorities (W7).")
-    var seed: UInt64 = 20_240_601
-
-    @Option(parsing: .unconditional, help: ArgumentHelp(
-        "Skip an engine on a row when its single run is predicted to take longer (default 60, or 10 with --quick).",
-        discussion: "The prediction extrapolates the smaller sizes of the same workload (W1, W3, W4, W5)."))
-    var maxRunSeconds: Double?
-
-    @Option(help: "Run only these rows, comma-separated ids; a trailing * matches a prefix (e.g. W1,W3*).")
-    var only: String?
-
-    @Option(help: "Run only these engines, comma-separated: operations, foundation, dispatch (e.g. for profiling; without dispatch there are no ratios).")
-    var engines: String?
-
-    @Option(help: "text: tables for people; json: one JSON object per line (JSON Lines), to compare runs across commits.")
-    var format: BenchFormat = .text
 
     /// The longest `--max-run-seconds` accepts: an hour (a run is declared
     /// hung after three times this).
     static let maximumRunSeconds = 3_600.0
 
-    private var engineFilter: [BenchEngineID]? {
-        get throws {
-            guard let engines else { return nil }
-            let names = engines.split(separator: ",", omittingEmptySubsequences: false)
-            return try names.map { name in
+    let plan: BenchPlan
+    let format: BenchFormat
+
+    init(_ arguments: ParsedArguments) throws(UsageError) {
+        let quick = arguments.flag("quick")
+        let repetitions = try arguments.integer("repetitions", as: Int.self)
+        let seed = try arguments.integer("seed", as: UInt64.self) ?? 20_240_601
+        let maxRunSeconds = try arguments.number("max-run-seconds")
+        let only = arguments.string("only")
+        let engines = arguments.string("engines")
+        if let text = arguments.string("format") {
+            guard let format = BenchFormat(rawValue: text) else {
+                throw UsageError("--format takes text or json; got '\(text)'.")
+            }
+            self.format = format
+        } else {
+            format = .text
+        }
+        if let repetitions, repetitions < 1 {
+            throw UsageError("--repetitions must be at least 1; got \(repetitions).")
+        }
+        if let maxRunSeconds, !(maxRunSeconds > 0 && maxRunSeconds <= Self.maximumRunSeconds) {
+            throw UsageError("--max-run-seconds must be above 0 and at most \(Int(Self.maximumRunSeconds)); got \(maxRunSeconds).")
+        }
+        var engineFilter: [BenchEngineID]?
+        if let engines {
+            engineFilter = try engines.split(separator: ",", omittingEmptySubsequences: false).map { (name) throws(UsageError) -> BenchEngineID in
                 guard let engine = BenchEngineID.allCases.first(where: { $0.name.lowercased() == name.lowercased() }) else {
-                    throw ValidationError("Unknown engine '\(name)' in --engines; use operations, foundation or dispatch, comma-separated.")
+                    throw UsageError("Unknown engine '\(name)' in --engines; use operations, foundation or dispatch, comma-separated.")
                 }
                 return engine
             }
         }
-    }
-
-    private var patterns: [String] {
-        only.map { $0.split(separator: ",", omittingEmptySubsequences: false).map(String.init) } ?? []
-    }
-
-    func validate() throws {
-        let engineFilter = try engineFilter
-        if let repetitions, repetitions < 1 {
-            throw ValidationError("--repetitions must be at least 1; got \(repetitions).")
+        let patterns = only.map { $0.split(separator: ",", omittingEmptySubsequences: false).map(String.init) } ?? []
+        if only != nil || engineFilter != nil {
+            let every = BenchPlan(quick: quick, repetitions: repetitions, seed: seed, maxRunSeconds: maxRunSeconds, only: [])
+            let ids = every.rows.map(\.id)
+            if patterns.contains("") {
+                throw UsageError("--only '\(only ?? "")' has an empty row id; give ids separated by single commas, e.g. W1,W3*.")
+            }
+            for pattern in patterns where !ids.contains(where: { BenchPlan.pattern(pattern, matches: $0) }) {
+                throw UsageError(
+                    "No row matches --only '\(pattern)'. The rows\(quick ? " with --quick" : "") are: "
+                        + ids.joined(separator: ", ") + " (a trailing * matches a prefix, e.g. W1*).")
+            }
         }
-        if let maxRunSeconds, !(maxRunSeconds > 0 && maxRunSeconds <= Self.maximumRunSeconds) {
-            throw ValidationError("--max-run-seconds must be above 0 and at most \(Int(Self.maximumRunSeconds)); got \(maxRunSeconds).")
-        }
-        guard only != nil || engineFilter != nil else { return }
-        let every = BenchPlan(quick: quick, repetitions: repetitions, seed: seed, maxRunSeconds: maxRunSeconds, only: [])
-        let ids = every.rows.map(\.id)
-        if patterns.contains("") {
-            throw ValidationError("--only '\(only ?? "")' has an empty row id; give ids separated by single commas, e.g. W1,W3*.")
-        }
-        for pattern in patterns where !ids.contains(where: { BenchPlan.pattern(pattern, matches: $0) }) {
-            throw ValidationError(
-                "No row matches --only '\(pattern)'. The rows\(quick ? " with --quick" : "") are: "
-                    + ids.joined(separator: ", ") + " (a trailing * matches a prefix, e.g. W1*).")
-        }
-        let plan = BenchPlan(quick: quick, repetitions: repetitions, seed: seed, maxRunSeconds: maxRunSeconds,
-                             only: patterns, engines: engineFilter)
+        plan = BenchPlan(quick: quick, repetitions: repetitions, seed: seed, maxRunSeconds: maxRunSeconds,
+                         only: patterns, engines: engineFilter)
         if plan.rows.isEmpty {
-            throw ValidationError("None of the rows selected by --only '\(only ?? "")' runs on --engines '\(engines ?? "")'.")
+            throw UsageError("None of the rows selected by --only '\(only ?? "")' runs on --engines '\(engines ?? "")'.")
         }
     }
 
-    func run() async throws {
-        let plan = BenchPlan(quick: quick, repetitions: repetitions, seed: seed,
-                             maxRunSeconds: maxRunSeconds, only: patterns, engines: try engineFilter)
+    func run() async -> Int32 {
+        let plan = self.plan
         let format = self.format
         // The runner blocks (waits for queues and groups), so it runs on a
         // thread of its own rather than on the cooperative pool.
@@ -102,10 +93,6 @@ struct Bench: AsyncParsableCommand {
                 continuation.resume(returning: runner.run())
             }
         }
-        if !passed {
-            throw ExitCode(1)
-        }
+        return passed ? 0 : 1
     }
 }
-
-extension BenchFormat: ExpressibleByArgument {}

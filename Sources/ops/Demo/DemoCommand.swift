@@ -1,4 +1,3 @@
-import ArgumentParser
 
 /// One example from the specification documents, reproduced with this
 /// library, narrated line by line and checked.
@@ -42,44 +41,45 @@ enum DemoCatalog {
 /// on, their state changes as `op isExecuting NO→YES` — then checks the
 /// outcome. The command exits with status 1 if any check failed, and 3 if a
 /// demo hangs (a watchdog ends it).
-struct Demo: AsyncParsableCommand {
-    static let configuration = CommandConfiguration(
+struct Demo: OpsCommand {
+    static let spec = CommandSpec(
+        name: "demo",
         abstract: "Run the documents' examples and check their outcomes.",
         discussion: """
             Without a name, runs every demo in order. `ops demo --list` shows the names, one line each. \
             Each demo names the document it reproduces, says what it shows and what to look for, \
             then prints what happens and checks it. Exits with status 1 if a check fails, 3 if a \
             demo hangs, 64 on a bad argument.
-            """
+            """,
+        options: [.init(name: "list", value: nil, help: "List the demos with a one-line description.")],
+        positionals: [.init(name: "name", help: "The demo to run (default: all, in order).")]
     )
 
-    @Flag(name: .long, help: "List the demos with a one-line description.")
-    var list = false
-
-    @Argument(help: "The demo to run (default: all, in order).")
-    var name: String?
+    let list: Bool
+    let name: String?
 
     /// How long one demo may take before the watchdog declares a hang.
     static let watchdogSeconds = 60
 
-    func validate() throws {
+    init(_ arguments: ParsedArguments) throws(UsageError) {
+        list = arguments.flag("list")
+        name = arguments.positionals.first
         if let name, DemoCatalog.named(name) == nil {
             let names = DemoCatalog.all.map(\.name).joined(separator: ", ")
-            throw ValidationError("No demo named '\(name)'. The demos are: \(names).")
+            throw UsageError("No demo named '\(name)'. The demos are: \(names).")
         }
     }
 
-    func run() async throws {
+    func run() async -> Int32 {
         let list = self.list
         let name = self.name
         // The demos block while they wait, so they run on a thread of their
         // own, named `caller` in the output, not on a Swift task thread.
-        let status = await withCheckedContinuation { (done: CheckedContinuation<Int32, Never>) in
+        return await withCheckedContinuation { (done: CheckedContinuation<Int32, Never>) in
             DemoThread.detach(name: "caller") {
                 done.resume(returning: Self.runDemos(list: list, name: name))
             }
         }
-        if status != 0 { throw ExitCode(status) }
     }
 
     /// Lists or runs the demos; returns the exit status.

@@ -1,10 +1,10 @@
-import ArgumentParser
 import OperationsStress
 
 /// `ops soak`: runs seeded stress rounds with successive seeds until the
 /// time (or the number of rounds) is up, and fails on any violation.
-struct Soak: ParsableCommand {
-    static let configuration = CommandConfiguration(
+struct Soak: OpsCommand, Sendable {
+    static let spec = CommandSpec(
+        name: "soak",
         abstract: "Run the seeded stress test for a while.",
         discussion: """
             Each round generates its queues, operations and chaos from its seed, runs them, \
@@ -13,85 +13,85 @@ struct Soak: ParsableCommand {
             async bodies, observers that wait or add, deliberate misuses, and a weak-reference \
             census proving that no operation, closure or queue outlives the round). Rounds use \
             successive seeds. A failing round prints its seed and the command that reruns it. \
-            Exits with status 1 on any violation, 64 on a bad argument.
-
-            Examples:
-              ops soak --minutes 2
-              ops soak --seed 42 --rounds 1 --operations-per-round 100000
-            """
+            Exits with status 1 on any violation, 64 on a bad argument. \
+            Examples: `ops soak --minutes 2`; `ops soak --seed 42 --rounds 1 --operations-per-round 100000`.
+            """,
+        options: [
+            .init(name: "minutes", value: "minutes", help: "Minutes to keep starting rounds for (default 1 when --rounds is not given); the first round always runs."),
+            .init(name: "seed", value: "seed", help: "Seed of the first round, decimal or 0x-hexadecimal (default: random)."),
+            .init(name: "rounds", value: "rounds", help: "Stop after this many rounds."),
+            .init(name: "operations-per-round", value: "n", help: "Operations generated per round (default 100000)."),
+            .init(name: "queues", value: "n", help: "Queues per round (default 5)."),
+            .init(name: "wait-timeout", value: "seconds", help: "Bound, in seconds, on every wait of a round (a wait that reaches it is a violation; default 60)."),
+            .init(name: "no-barriers", value: nil, help: "Generate no barrier blocks (for hunting other bugs while a barrier bug is open)."),
+            .init(name: "no-chaos", value: nil, help: "Run without the chaos threads (suspend, resize, cancel, outside waits)."),
+            .init(name: "check-invariants", value: nil, help: "Call OperationQueue._checkInvariants() on every queue after every driver step (on by default in debug builds)."),
+            .init(name: "no-blocking-observers", value: nil, help: "Give no operation an isFinished observer that waits for another operation."),
+            .init(name: "inject-fault", value: "fault", help: "Inject a deliberate fault into the engine, to see the checks fire: \(StressConfiguration.InjectedFault.allCases.map { String(describing: $0) }.joined(separator: ", "))."),
+            .init(name: "describe-operation", value: "index", help: "Print the plan of the first round around this operation, and exit."),
+        ],
+        positionals: []
     )
 
-    // Numeric options parse `.unconditional`ly: the next word is the value
-    // even if it starts with "-", so that `--minutes -1` reaches `validate()`
-    // and is refused with a message, instead of "Missing value".
-
-    @Option(parsing: .unconditional, help: "Minutes to keep starting rounds for (default 1 when --rounds is not given); the first round always runs.")
-    var minutes: Double?
-
-    @Option(parsing: .unconditional, help: "Seed of the first round, decimal or 0x-hexadecimal (default: random).")
-    var seed: String?
-
-    @Option(parsing: .unconditional, help: "Stop after this many rounds.")
-    var rounds: Int?
-
-    @Option(parsing: .unconditional, help: "Operations generated per round.")
-    var operationsPerRound: Int = 100_000
-
-    @Option(parsing: .unconditional, help: "Queues per round.")
-    var queues: Int = 5
-
-    @Option(parsing: .unconditional, help: "Bound, in seconds, on every wait of a round (a wait that reaches it is a violation).")
-    var waitTimeout: Int = 60
-
-    @Flag(help: "Generate no barrier blocks (for hunting other bugs while a barrier bug is open).")
-    var noBarriers = false
-
-    @Flag(help: "Run without the chaos threads (suspend, resize, cancel, outside waits).")
-    var noChaos = false
-
-    @Flag(help: "Call OperationQueue._checkInvariants() on every queue after every driver step (on by default in debug builds).")
-    var checkInvariants = false
-
-    @Flag(help: ArgumentHelp("Give some operations isFinished observers that wait for another operation (stalls queues until the core starts other work while an observer runs).", visibility: .hidden))
-    var blockingObservers = false
-
-    @Option(help: ArgumentHelp("Inject a deliberate fault into the engine, to see the checks fire.", visibility: .hidden))
-    var injectFault: String?
-
-    @Option(parsing: .unconditional, help: ArgumentHelp("Print the plan of the first round around this operation, and exit.", visibility: .hidden))
-    var describeOperation: Int?
-
-    var fault: StressConfiguration.InjectedFault? {
-        guard let injectFault else { return StressConfiguration.InjectedFault.none }
-        return StressConfiguration.InjectedFault.allCases.first { String(describing: $0) == injectFault }
-    }
+    let minutes: Double?
+    let seed: UInt64?
+    let rounds: Int?
+    let operationsPerRound: Int
+    let queues: Int
+    let waitTimeout: Int
+    let noBarriers: Bool
+    let noChaos: Bool
+    let checkInvariants: Bool
+    let blockingObservers: Bool
+    let fault: StressConfiguration.InjectedFault
+    let describeOperation: Int?
 
     /// The longest soak `--minutes` accepts: a year.
     static let maximumMinutes = 525_600.0
     /// The longest `--wait-timeout` accepts: a day.
     static let maximumWaitSeconds = 86_400
 
-    func validate() throws {
+    init(_ arguments: ParsedArguments) throws(UsageError) {
+        minutes = try arguments.number("minutes")
+        rounds = try arguments.integer("rounds", as: Int.self)
+        operationsPerRound = try arguments.integer("operations-per-round", as: Int.self) ?? 100_000
+        queues = try arguments.integer("queues", as: Int.self) ?? 5
+        waitTimeout = try arguments.integer("wait-timeout", as: Int.self) ?? 60
+        noBarriers = arguments.flag("no-barriers")
+        noChaos = arguments.flag("no-chaos")
+        checkInvariants = arguments.flag("check-invariants")
+        blockingObservers = !arguments.flag("no-blocking-observers")
+        describeOperation = try arguments.integer("describe-operation", as: Int.self)
         if let minutes, !(minutes > 0 && minutes <= Self.maximumMinutes) {
-            throw ValidationError("--minutes must be a number of minutes above 0 and at most \(Int(Self.maximumMinutes)) (a year); got \(minutes).")
+            throw UsageError("--minutes must be a number of minutes above 0 and at most \(Int(Self.maximumMinutes)) (a year); got \(minutes).")
         }
-        if let rounds, rounds <= 0 { throw ValidationError("--rounds must be at least 1; got \(rounds).") }
+        if let rounds, rounds <= 0 { throw UsageError("--rounds must be at least 1; got \(rounds).") }
         if operationsPerRound <= 0 {
-            throw ValidationError("--operations-per-round must be at least 1; got \(operationsPerRound).")
+            throw UsageError("--operations-per-round must be at least 1; got \(operationsPerRound).")
         }
-        if queues <= 0 { throw ValidationError("--queues must be at least 1; got \(queues).") }
+        if queues <= 0 { throw UsageError("--queues must be at least 1; got \(queues).") }
         if !(1...Self.maximumWaitSeconds).contains(waitTimeout) {
-            throw ValidationError("--wait-timeout must be between 1 and \(Self.maximumWaitSeconds) seconds (a day); got \(waitTimeout).")
+            throw UsageError("--wait-timeout must be between 1 and \(Self.maximumWaitSeconds) seconds (a day); got \(waitTimeout).")
         }
         if let describeOperation, describeOperation < 0 {
-            throw ValidationError("--describe-operation must be an operation index, 0 or more; got \(describeOperation).")
+            throw UsageError("--describe-operation must be an operation index, 0 or more; got \(describeOperation).")
         }
-        if fault == nil {
-            let names = StressConfiguration.InjectedFault.allCases.map { String(describing: $0) }
-            throw ValidationError("--inject-fault must be one of \(names.joined(separator: ", ")).")
+        if let name = arguments.string("inject-fault") {
+            guard let fault = StressConfiguration.InjectedFault.allCases.first(where: { String(describing: $0) == name }) else {
+                let names = StressConfiguration.InjectedFault.allCases.map { String(describing: $0) }
+                throw UsageError("--inject-fault must be one of \(names.joined(separator: ", ")).")
+            }
+            self.fault = fault
+        } else {
+            fault = .none
         }
-        if let seed, Self.parseSeed(seed) == nil {
-            throw ValidationError("--seed must be a decimal or 0x-hexadecimal number from 0 to 2^64-1; got '\(seed)'.")
+        if let text = arguments.string("seed") {
+            guard let seed = Self.parseSeed(text) else {
+                throw UsageError("--seed must be a decimal or 0x-hexadecimal number from 0 to 2^64-1; got '\(text)'.")
+            }
+            self.seed = seed
+        } else {
+            seed = nil
         }
     }
 
@@ -100,10 +100,18 @@ struct Soak: ParsableCommand {
         return UInt64(text)
     }
 
-    func run() throws {
+    func run() async -> Int32 {
+        // The rounds block while they wait, and their async bodies need the
+        // cooperative pool: they run on a thread of their own.
+        await withCheckedContinuation { (done: CheckedContinuation<Int32, Never>) in
+            DemoThread.detach(name: "soak") { done.resume(returning: runRounds()) }
+        }
+    }
+
+    private func runRounds() -> Int32 {
         let clock = ContinuousClock()
         let started = clock.now
-        let firstSeed = seed.flatMap(Self.parseSeed) ?? UInt64.random(in: 0...UInt64.max)
+        let firstSeed = seed ?? UInt64.random(in: 0...UInt64.max)
         let budget: Duration? = minutes.map { .milliseconds(Int($0 * 60_000)) } ?? (rounds == nil ? .seconds(60) : nil)
         let roundLimit = rounds ?? Int.max
         print("soak: first seed \(firstSeed), \(operationsPerRound) operations per round, \(queues) queues, "
@@ -113,7 +121,7 @@ struct Soak: ParsableCommand {
         if let describeOperation {
             let plan = StressPlan(configuration: StressConfiguration(seed: firstSeed, operations: operationsPerRound, queues: queues, barriers: !noBarriers, blockingObservers: blockingObservers))
             print(plan.describe(operation: describeOperation))
-            return
+            return 0
         }
         var roundsRun = 0
         var operationsRun = 0
@@ -132,7 +140,7 @@ struct Soak: ParsableCommand {
                 barriers: !noBarriers,
                 chaos: !noChaos,
                 installsProcessWideMisuseHandler: true,
-                injectedFault: fault ?? .none,
+                injectedFault: fault,
                 checksInvariants: checkInvariants || _isDebugAssertConfiguration(),
                 blockingObservers: blockingObservers
             )
@@ -150,7 +158,7 @@ struct Soak: ParsableCommand {
                     print("  … and \(report.violationCount - report.violations.count) more")
                 }
                 if !report.queuesDrained && report.violationCount == 0 { violations += 1 }
-                print("  rerun: swift run -c release ops soak --seed \(roundSeed) --rounds 1 --operations-per-round \(operationsPerRound) --queues \(queues)\(noBarriers ? " --no-barriers" : "")\(noChaos ? " --no-chaos" : "")\(checkInvariants ? " --check-invariants" : "")\(blockingObservers ? " --blocking-observers" : "")")
+                print("  rerun: swift run -c release ops soak --seed \(roundSeed) --rounds 1 --operations-per-round \(operationsPerRound) --queues \(queues)\(noBarriers ? " --no-barriers" : "")\(noChaos ? " --no-chaos" : "")\(checkInvariants ? " --check-invariants" : "")\(blockingObservers ? "" : " --no-blocking-observers")")
             }
         }
         let elapsed = clock.now - started
@@ -158,9 +166,10 @@ struct Soak: ParsableCommand {
         print("soak total: \(roundsRun) rounds, \(operationsRun) operations run (\(bodiesRun) bodies), violations \(violations), seeds \(firstSeed)...\(lastSeed), \(Self.format(elapsed)) (\(Self.rate(operationsRun, elapsed)) operations/s)")
         if violations > 0 {
             print("soak FAILED: failing seeds \(failedSeeds)")
-            throw ExitCode.failure
+            return 1
         }
         print("soak passed")
+        return 0
     }
 
     static func seconds(_ duration: Duration) -> Double {
