@@ -6,11 +6,13 @@ extension OperationTrace {
     ///
     /// One row per thread that started operations, time running left to
     /// right; each operation that started is a bar from its start to its
-    /// finish, coloured by its queue (a cancelled one is hatched grey), with
+    /// finish, coloured by its queue when the trace has several (otherwise by
+    /// the first word of its name, such as a pipeline's stage; a cancelled
+    /// one is hatched grey), with
     /// its label when the bar is wide enough and a tooltip (`<title>`) giving
     /// its name, queue, class and times. Dependency edges are drawn as arrows
     /// from the end of the dependency's bar to the start of the dependent's.
-    /// A legend names the queues.
+    /// A legend names the colours.
     ///
     /// - Parameter width: The width of the drawing area in pixels (at least 200).
     /// - Complexity: O(operations + dependency edges).
@@ -21,8 +23,29 @@ extension OperationTrace {
         let top = 40.0
         let rows = max(1, workers.count)
         let legendTop = top + Double(rows) * rowHeight + 34
-        let height = legendTop + 20 + Double((queues.count + 3) / 4) * 18
         let total = Double(max(duration, operations.compactMap(\.finished).max() ?? 1, 1))
+        // Colours: by queue when there are several, otherwise by the first
+        // word of the operations' labels (the stages of a pipeline).
+        let byQueue = queues.count > 1
+        var groupNames: [String] = []
+        var groupIndex: [String: Int] = [:]
+        func group(of operation: OperationRecord) -> Int? {
+            let key: String
+            if byQueue {
+                guard let queue = operation.queue else { return nil }
+                key = queues[queue].name
+            } else {
+                key = String(operation.label.split(separator: " ").first ?? "")
+            }
+            if let known = groupIndex[key] { return known }
+            guard groupNames.count < 12 else { return nil }
+            groupIndex[key] = groupNames.count
+            groupNames.append(key)
+            return groupNames.count - 1
+        }
+        let groups = operations.map { $0.started == nil ? nil : group(of: $0) }
+        let legendRows = (groupNames.count + 3) / 4
+        let height = legendTop + 20 + Double(legendRows) * 18
         func x(_ time: UInt64) -> Double { labelWidth + Double(time) / total * plotWidth }
         func y(_ worker: Int) -> Double { top + Double(worker) * rowHeight }
         func number(_ value: Double) -> String {
@@ -63,7 +86,7 @@ extension OperationTrace {
             let end = operation.finished ?? duration
             let barX = x(started)
             let barWidth = max(1.5, x(end) - barX)
-            let fill = operation.cancelled != nil ? "url(#cancelled)" : Self.colour(forQueue: operation.queue)
+            let fill = operation.cancelled != nil ? "url(#cancelled)" : Self.colour(forGroup: groups[operation.id])
             svg += "<g class=\"operation\" data-id=\"\(operation.id)\"><title>\(Self.escaped(tooltip(for: operation)))</title>"
             svg += "<rect x=\"\(number(barX))\" y=\"\(number(y(worker) + 2))\" width=\"\(number(barWidth))\" height=\"\(number(rowHeight - 8))\" fill=\"\(fill)\" stroke=\"#333\" stroke-width=\"0.5\"/>"
             if barWidth > Double(operation.label.count) * 6 + 6 {
@@ -83,13 +106,13 @@ extension OperationTrace {
             }
         }
         // Legend.
-        for queue in queues {
-            let column = Double(queue.id % 4)
-            let row = Double(queue.id / 4)
+        for (index, name) in groupNames.enumerated() {
+            let column = Double(index % 4)
+            let row = Double(index / 4)
             let legendX = labelWidth + column * (plotWidth / 4)
             let legendY = legendTop + row * 18
-            svg += "<rect x=\"\(number(legendX))\" y=\"\(number(legendY - 9))\" width=\"12\" height=\"10\" fill=\"\(Self.colour(forQueue: queue.id))\" stroke=\"#333\" stroke-width=\"0.5\"/>"
-            svg += "<text x=\"\(number(legendX + 16))\" y=\"\(number(legendY))\">\(Self.escaped(queue.name))</text>\n"
+            svg += "<rect x=\"\(number(legendX))\" y=\"\(number(legendY - 9))\" width=\"12\" height=\"10\" fill=\"\(Self.colour(forGroup: index))\" stroke=\"#333\" stroke-width=\"0.5\"/>"
+            svg += "<text x=\"\(number(legendX + 16))\" y=\"\(number(legendY))\">\(Self.escaped(byQueue ? "queue " + name : name))</text>\n"
         }
         svg += "</svg>\n"
         return svg
@@ -111,11 +134,12 @@ extension OperationTrace {
         return lines.joined(separator: "\n")
     }
 
-    /// A colour per queue, from a palette that stays readable with black text.
-    static func colour(forQueue queue: Int?) -> String {
-        let palette = ["#8ecae6", "#ffb703", "#90be6d", "#f4978e", "#cdb4db", "#f9c74f", "#80ed99", "#ffafcc", "#a9def9", "#e9c46a"]
-        guard let queue else { return "#bbbbbb" }
-        return palette[queue % palette.count]
+    /// A colour per group (queue or stage), from a palette that stays
+    /// readable with black text; grey for none.
+    static func colour(forGroup group: Int?) -> String {
+        let palette = ["#8ecae6", "#ffb703", "#90be6d", "#f4978e", "#cdb4db", "#f9c74f", "#80ed99", "#ffafcc", "#a9def9", "#e9c46a", "#b8c0ff", "#ffd6a5"]
+        guard let group else { return "#bbbbbb" }
+        return palette[group % palette.count]
     }
 
     /// `nanoseconds` as a short duration: "850 ns", "12.5 µs", "3.2 ms", "1.25 s".
