@@ -1,4 +1,4 @@
-// swift-tools-version: 6.0
+// swift-tools-version: 6.1
 import PackageDescription
 
 let package = Package(
@@ -6,10 +6,24 @@ let package = Package(
     platforms: [.macOS(.v15)],
     products: [
         .library(name: "Operations", targets: ["Operations"]),
+        // Optional integrations: each builds its code only with the trait of the same
+        // name enabled, and only then fetches the library it integrates with.
+        .library(name: "OperationsLogging", targets: ["OperationsLogging"]),
+        .library(name: "OperationsMetrics", targets: ["OperationsMetrics"]),
+        .library(name: "OperationsTracing", targets: ["OperationsTracing"]),
         .executable(name: "ops", targets: ["ops"]),
+    ],
+    traits: [
+        .trait(name: "Logging", description: "OperationsLogging: misuse, hang and worker-ceiling reports to a swift-log Logger."),
+        .trait(name: "Metrics", description: "OperationsMetrics: per-queue gauges, timers and counters through swift-metrics."),
+        .trait(name: "Tracing", description: "OperationsTracing: a swift-distributed-tracing span per operation, and ServiceContext carried into bodies."),
+        .default(enabledTraits: []),
     ],
     dependencies: [
         .package(url: "https://github.com/apple/swift-argument-parser", from: "1.5.0"),
+        .package(url: "https://github.com/apple/swift-log", from: "1.16.2"),
+        .package(url: "https://github.com/apple/swift-metrics", from: "2.13.0"),
+        .package(url: "https://github.com/apple/swift-distributed-tracing", from: "1.7.3"),
     ],
     targets: [
         // The core library: no Foundation; only the toolchain's Dispatch and Synchronization.
@@ -35,6 +49,46 @@ let package = Package(
             ]
         ),
         .testTarget(name: "OperationsTests", dependencies: ["Operations", "OperationsStress"]),
+
+        // Integrations. Without their trait these targets compile to empty modules and their
+        // library is neither fetched nor built (`condition: .when(traits:)`).
+        .target(
+            name: "OperationsLogging",
+            dependencies: [
+                "Operations",
+                .product(name: "Logging", package: "swift-log", condition: .when(traits: ["Logging"])),
+            ]
+        ),
+        .target(
+            name: "OperationsMetrics",
+            dependencies: [
+                "Operations",
+                .product(name: "CoreMetrics", package: "swift-metrics", condition: .when(traits: ["Metrics"])),
+            ]
+        ),
+        .target(
+            name: "OperationsTracing",
+            dependencies: [
+                "Operations",
+                .product(name: "Tracing", package: "swift-distributed-tracing", condition: .when(traits: ["Tracing"])),
+            ]
+        ),
+        // `swift test --traits Logging,Metrics,Tracing --filter OperationsIntegrationTests`;
+        // empty without the traits.
+        .testTarget(
+            name: "OperationsIntegrationTests",
+            dependencies: [
+                "Operations",
+                "OperationsLogging",
+                "OperationsMetrics",
+                "OperationsTracing",
+                .product(name: "Logging", package: "swift-log", condition: .when(traits: ["Logging"])),
+                .product(name: "CoreMetrics", package: "swift-metrics", condition: .when(traits: ["Metrics"])),
+                .product(name: "MetricsTestKit", package: "swift-metrics", condition: .when(traits: ["Metrics"])),
+                .product(name: "Tracing", package: "swift-distributed-tracing", condition: .when(traits: ["Tracing"])),
+                .product(name: "InMemoryTracing", package: "swift-distributed-tracing", condition: .when(traits: ["Tracing"])),
+            ]
+        ),
     ],
     swiftLanguageModes: [.v6]
 )
