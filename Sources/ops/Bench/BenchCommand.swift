@@ -20,6 +20,7 @@ struct Bench: OpsCommand {
             .init(name: "only", value: "rows", help: "Run only these rows, comma-separated ids; a trailing * matches a prefix (e.g. W1,W3*)."),
             .init(name: "engines", value: "engines", help: "Run only these engines, comma-separated: operations, foundation, dispatch (e.g. for profiling; without dispatch there are no ratios)."),
             .init(name: "format", value: "format", help: "text: tables for people; json: one JSON object per line (JSON Lines), to compare runs across commits."),
+            .init(name: "record", value: nil, help: "Record this library's runs with OperationTracing, to measure what the recorder costs when it is on."),
         ],
         positionals: []
     )
@@ -74,8 +75,10 @@ struct Bench: OpsCommand {
                         + ids.joined(separator: ", ") + " (a trailing * matches a prefix, e.g. W1*).")
             }
         }
-        plan = BenchPlan(quick: quick, repetitions: repetitions, seed: seed, maxRunSeconds: maxRunSeconds,
-                         only: patterns, engines: engineFilter)
+        var plan = BenchPlan(quick: quick, repetitions: repetitions, seed: seed, maxRunSeconds: maxRunSeconds,
+                             only: patterns, engines: engineFilter)
+        plan.record = arguments.flag("record")
+        self.plan = plan
         if plan.rows.isEmpty {
             throw UsageError("None of the rows selected by --only '\(only ?? "")' runs on --engines '\(engines ?? "")'.")
         }

@@ -63,6 +63,9 @@ struct BenchPlan: Sendable {
     var scalePoints: [Int]
     var foundationCap: Int
     var rows: [BenchRow] = []
+    /// Whether this library's runs are recorded (`OperationTracing`), to
+    /// measure what the recorder costs when it is on.
+    var record = false
 
     static let all = BenchEngineID.allCases
     static let withoutFoundation: [BenchEngineID] = [.operations, .dispatch]

@@ -1,3 +1,4 @@
+import Operations
 import Synchronization
 #if canImport(Glibc)
 import Glibc
@@ -289,8 +290,12 @@ final class BenchRunner {
         _ row: BenchRow, _ engine: BenchEngineID, repetition: Int, into result: inout BenchRowResult
     ) -> BenchRunResult {
         watchdog.begin("\(row.id) (\(row.title)) on \(engine.name), N = \(row.count)")
+        // With --record, this library's runs are recorded; the trace is
+        // built and dropped after the timed region.
+        let recording = plan.record && engine == .operations && OperationTracing.start()
         let outcome = row.workload.run(on: engine.engine, count: row.count, seed: plan.seed)
             ?? (0, ["the engine cannot run this workload"], [:])
+        if recording { _ = OperationTracing.stop() }
         watchdog.end()
         if !outcome.failures.isEmpty {
             result.stats[engine]?.failed = true
