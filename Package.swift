@@ -20,7 +20,6 @@ let package = Package(
         .default(enabledTraits: []),
     ],
     dependencies: [
-        .package(url: "https://github.com/apple/swift-argument-parser", from: "1.5.0"),
         .package(url: "https://github.com/apple/swift-log", from: "1.16.2"),
         .package(url: "https://github.com/apple/swift-metrics", from: "2.13.0"),
         .package(url: "https://github.com/apple/swift-distributed-tracing", from: "1.7.3"),
@@ -37,7 +36,8 @@ let package = Package(
             name: "BenchFoundation",
             swiftSettings: [.define("ENGINE_FOUNDATION")]
         ),
-        // The command-line tool: `ops demo`, `ops bench`, `ops soak`.
+        // The command-line tool: `ops demo`, `ops bench`, `ops soak`, `ops trace`, `ops graph`.
+        // It parses its own arguments, so that the package depends on nothing unconditionally.
         .executableTarget(
             name: "ops",
             dependencies: [
@@ -45,7 +45,6 @@ let package = Package(
                 "OperationsStress",
                 "BenchOperations",
                 "BenchFoundation",
-                .product(name: "ArgumentParser", package: "swift-argument-parser"),
             ]
         ),
         .testTarget(name: "OperationsTests", dependencies: ["Operations", "OperationsStress"]),
