@@ -1,7 +1,6 @@
 #if Metrics
 import CoreMetrics
 import Operations
-import Synchronization
 
 /// Reports every queue's activity through swift-metrics: how many
 /// operations wait, are ready and execute; how long they wait to start and
@@ -215,7 +214,7 @@ final class MetricsRecorder: Sendable {
         var executing = 0
     }
 
-    private let state = Mutex(State())
+    private let state = Locked(State())
     private let factory: any MetricsFactory
     private let labels: OperationMetrics.Labels
     private let queueDimension: @Sendable (OperationQueue) -> String

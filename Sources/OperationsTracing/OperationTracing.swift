@@ -1,6 +1,5 @@
 #if Tracing
 import Operations
-import Synchronization
 import Tracing
 
 /// Traces operations with swift-distributed-tracing: each operation is a
@@ -15,9 +14,11 @@ import Tracing
 /// InstrumentationSystem.bootstrap(myTracer)              // once, at startup
 /// let tracing = OperationTracing.install()
 ///
-/// try await tracer.withSpan("request") { _ in
+/// withSpan("request") { _ in
 ///     queue.addOperation(resize)       // span "resize", a child of "request"
 /// }
+/// // … keep `tracing` as long as operations should be traced; then:
+/// tracing.cancel()
 /// ```
 ///
 /// Available with the package trait `Tracing`:
@@ -123,7 +124,7 @@ final class TracedOperation: Sendable {
     weak let operation: Operation?
     let parent: ServiceContext
     let tracer: (any Tracer)?
-    private let state = Mutex(State())
+    private let state = Locked(State())
 
     init(operation: Operation, parent: ServiceContext, tracer: (any Tracer)?) {
         self.operation = operation
@@ -182,7 +183,7 @@ final class SpanTable: Sendable {
         var sweepAt = 1024
     }
 
-    private let state = Mutex(State())
+    private let state = Locked(State())
     private let fixedTracer: (any Tracer)?
     private let spanName: @Sendable (Operation) -> String
     /// Maps `ContinuousClock` instants (the events' times) to wall-clock
