@@ -4,6 +4,12 @@ import Operations
 import Synchronization
 import Testing
 
+#if canImport(Glibc)
+import Glibc
+#elseif canImport(Darwin)
+import Darwin
+#endif
+
 /// The integration tests. The hooks they install (report observers,
 /// instruments, context carriers) and the systems they bootstrap are
 /// process-wide, so every suite nested here runs one test at a time.
@@ -70,7 +76,7 @@ final class Arrivals: Sendable {
 
 /// Things collected from any thread, with a bounded wait for one to appear.
 final class Collected<Element: Sendable>: Sendable {
-    private let items = Mutex<[Element]>([])
+    private let items = TestLock<[Element]>([])
     private let added = DispatchSemaphore(value: 0)
 
     /// Adds one.
@@ -91,6 +97,31 @@ final class Collected<Element: Sendable>: Sendable {
             if !found.isEmpty { return found }
             if added.wait(timeout: deadline) != .success { return all.filter(predicate) }
         }
+    }
+}
+/// A value guarded by a pthread mutex (which ThreadSanitizer understands,
+/// unlike `Synchronization.Mutex`'s futex on Linux).
+final class TestLock<Value>: @unchecked Sendable {
+    // @unchecked Sendable: `value` is accessed only while `mutex` is held.
+    private let mutex: UnsafeMutablePointer<pthread_mutex_t>
+    private var value: Value
+
+    init(_ value: Value) {
+        self.value = value
+        mutex = .allocate(capacity: 1)
+        pthread_mutex_init(mutex, nil)
+    }
+
+    deinit {
+        pthread_mutex_destroy(mutex)
+        mutex.deallocate()
+    }
+
+    /// Runs `body` with the value, the lock held.
+    func withLock<R>(_ body: (inout Value) throws -> R) rethrows -> R {
+        pthread_mutex_lock(mutex)
+        defer { pthread_mutex_unlock(mutex) }
+        return try body(&value)
     }
 }
 #endif

@@ -2,7 +2,6 @@
 import Logging
 import Operations
 import OperationsLogging
-import Synchronization
 import Testing
 
 #if canImport(Glibc)
