@@ -23,6 +23,11 @@ extension Operation {
     /// `announced` is true when the caller already sent the will-change.
     final func bodyDidFinish(wasExecuting: Bool, announced: Bool) -> FinishPlan? {
         let observed = loadState().isObserved
+        if !observed, !announced, !overrides(.isFinished) {
+            // Nothing to announce, and the base state is the truth: the body's
+            // end and the start of finishing share one critical section.
+            return beginFinish(announcing: [], endingBody: true)
+        }
         let keys: LifecycleKeys = observed || announced ? (wasExecuting ? [.isExecuting, .isFinished] : .isFinished) : []
         if observed, !announced { notifyWillChange(keys.names) }
         withStateLock { _ = $0.finishBody() }
@@ -43,14 +48,19 @@ extension Operation {
 
     /// Step 1: marks the operation finished, once, and takes everything the
     /// later steps need. Returns nil if it had already finished.
-    final func beginFinish(announcing keys: LifecycleKeys) -> FinishPlan? {
+    /// With `endingBody`, the base state also becomes finished (see
+    /// `bodyDidFinish`), in the same critical section.
+    final func beginFinish(announcing keys: LifecycleKeys, endingBody: Bool = false) -> FinishPlan? {
         var plan: FinishPlan?
         var discarded: [@Sendable () -> Void] = []
         withStateLock { state in
+            if endingBody { _ = state.finishBody() }
             guard state.beginFinishing() else { return }
             var dependents = OperationList.empty
-            storedDependents.take().forEach { entry in
-                if let dependent = Operation.retainDependent(entry) { dependents.append(dependent) }
+            if !storedDependents.isEmpty {
+                storedDependents.take().forEach { entry in
+                    if let dependent = Operation.retainDependent(entry) { dependents.append(dependent) }
+                }
             }
             // Still registered with unfinished dependencies (it was cancelled,
             // or its class let it start early): leave their lists before the
@@ -179,7 +189,8 @@ struct FinishPlan {
     /// readiness is the base state) are returned for the caller to admit
     /// under its own lock; others are handed to their queues.
     mutating func releaseDependents(collectingFor queue: OperationQueue?) -> [Operation] {
-        guard let operation else { return [] }
+        // Most operations have no dependents and left no dependency's list.
+        guard !registered.isEmpty || !dependents.isEmpty, let operation else { return [] }
         registered.forEach { dependency in
             dependency.withStateLock { _ in _ = dependency.storedDependents.remove(operation) }
         }
