@@ -75,6 +75,7 @@ if [ "$run_snippets" = 1 ]; then
     python3 Scripts/docs-snippets/extract.py "$package" "$root" \
         README.md Sources/Operations/Operations.docc/*.md
     cp Scripts/docs-snippets/Stubs.swift "$package/Sources/Snippets/Stubs.swift"
+    cp Scripts/docs-snippets/IntegrationStubs.swift "$package/Sources/IntegrationSnippets/IntegrationStubs.swift"
     log="$scratch/snippets.log"
     status=0
     # Without OPERATIONS_DOCS: the snippets see the package as a client does.

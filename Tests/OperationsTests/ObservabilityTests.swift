@@ -63,6 +63,28 @@ struct ObservabilityTests {
         }
     }
 
+    @Test("instruments are told every operation finished before the queue's waiters wake")
+    func instrumentsBeforeIdle() {
+        let queue = makeQueue("instrumented-idle")
+        let finished = Counter()
+        let token = OperationInstrumentation.addInstrument { event in
+            guard event.kind == .finished, event.queue === queue else { return }
+            // A slow instrument: the queue must not look idle before it returns.
+            let clock = ContinuousClock()
+            let until = clock.now.advanced(by: .microseconds(200))
+            while clock.now < until {}
+            finished.increment()
+        }
+        defer { token.cancel() }
+        for round in 1...20 {
+            for _ in 0..<5 { queue.addOperation(BlockOperation {}) }
+            // A waiter that arrives while the last instrument runs must not
+            // find the queue idle: poll, as a late waiter would.
+            #expect(waitUntil { queue.waitUntilAllOperationsAreFinished(timeout: .zero) })
+            #expect(finished.count == round * 5, "round \(round): the queue looked idle before instruments saw every finish")
+        }
+    }
+
     @Test("a carried @TaskLocal reaches main(), block, ResultOperation and queue.run bodies, sync and async")
     func taskLocalsAreCarried() async throws {
         let token = OperationContextPropagation.carry(RequestContext.$id)

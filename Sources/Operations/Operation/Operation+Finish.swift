@@ -153,6 +153,8 @@ struct FinishPlan {
     /// operation is a member, and while a retirement it counted is in flight.
     let queue: Unmanaged<OperationQueue>?
     private let keys: LifecycleKeys
+    /// Whether instruments were installed when the operation finished.
+    private let instrumented = OperationInstrumentation.isActive
 
     init(
         operation: Operation,
@@ -173,6 +175,11 @@ struct FinishPlan {
     /// Whether steps 4 and 5 run user code (observers, a completion block),
     /// so that the queue counts the retirement as in flight until done.
     var hasUserTail: Bool { completion != nil || !keys.isEmpty }
+
+    /// Whether the queue must count the retirement as in flight until step
+    /// 6: the tail runs user code, or instruments are told `finished` there
+    /// (queue waiters must not wake before they are).
+    var countsRetirement: Bool { hasUserTail || instrumented }
 
     /// Steps 2 to 6, for every finish except a drain loop's own. The queue
     /// counts the retirement as in flight until it is complete, so that its

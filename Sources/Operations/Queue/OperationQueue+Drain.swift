@@ -50,7 +50,7 @@ extension OperationQueue {
             for case let plan? in finishes {
                 guard let operation = plan.operation else { continue }
                 userTail = userTail || plan.hasUserTail
-                if let owned = state.unlink(operation, retirementPending: plan.hasUserTail) {
+                if let owned = state.unlink(operation, retirementPending: plan.countsRetirement) {
                     released.append(owned)
                 }
                 emitLocked(.finished(operation))
@@ -108,7 +108,7 @@ extension OperationQueue {
                     // Taken out of the array, so the plan holds the only
                     // reference the loop has.
                     guard let plan = finishes[index].take() else { continue }
-                    if plan.hasUserTail { owedRetirements += 1 }
+                    if plan.countsRetirement { owedRetirements += 1 }
                     plan.complete(settle: false)
                 }
                 finishes.removeAll(keepingCapacity: true)

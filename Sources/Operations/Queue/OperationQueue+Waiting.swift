@@ -116,7 +116,7 @@ extension OperationQueue {
             readied.removeAll()
             var released: Operation?
             if let plan {
-                released = state.unlink(operation, retirementPending: plan.hasUserTail)
+                released = state.unlink(operation, retirementPending: plan.countsRetirement)
                 emitLocked(.finished(operation))
             }
             let effects = takeEffectsLocked()
@@ -125,7 +125,7 @@ extension OperationQueue {
             withExtendedLifetime(released) {}
             released = nil
             if let finished = plan.take() {
-                finished.complete(settle: finished.hasUserTail)
+                finished.complete(settle: finished.countsRetirement)
             }
             effects.perform(on: self)
         }
