@@ -214,7 +214,7 @@ final class MetricsRecorder: Sendable {
         var executing = 0
     }
 
-    private let state = Locked(State())
+    private let state = LockedValue(State())
     private let factory: any MetricsFactory
     private let labels: OperationMetrics.Labels
     private let queueDimension: @Sendable (OperationQueue) -> String

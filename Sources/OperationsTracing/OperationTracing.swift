@@ -124,7 +124,7 @@ final class TracedOperation: Sendable {
     weak let operation: Operation?
     let parent: ServiceContext
     let tracer: (any Tracer)?
-    private let state = Locked(State())
+    private let state = LockedValue(State())
 
     init(operation: Operation, parent: ServiceContext, tracer: (any Tracer)?) {
         self.operation = operation
@@ -183,7 +183,7 @@ final class SpanTable: Sendable {
         var sweepAt = 1024
     }
 
-    private let state = Locked(State())
+    private let state = LockedValue(State())
     private let fixedTracer: (any Tracer)?
     private let spanName: @Sendable (Operation) -> String
     /// Maps `ContinuousClock` instants (the events' times) to wall-clock

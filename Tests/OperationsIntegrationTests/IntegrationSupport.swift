@@ -99,29 +99,7 @@ final class Collected<Element: Sendable>: Sendable {
         }
     }
 }
-/// A value guarded by a pthread mutex (which ThreadSanitizer understands,
-/// unlike `Synchronization.Mutex`'s futex on Linux).
-final class TestLock<Value>: @unchecked Sendable {
-    // @unchecked Sendable: `value` is accessed only while `mutex` is held.
-    private let mutex: UnsafeMutablePointer<pthread_mutex_t>
-    private var value: Value
-
-    init(_ value: Value) {
-        self.value = value
-        mutex = .allocate(capacity: 1)
-        pthread_mutex_init(mutex, nil)
-    }
-
-    deinit {
-        pthread_mutex_destroy(mutex)
-        mutex.deallocate()
-    }
-
-    /// Runs `body` with the value, the lock held.
-    func withLock<R>(_ body: (inout Value) throws -> R) rethrows -> R {
-        pthread_mutex_lock(mutex)
-        defer { pthread_mutex_unlock(mutex) }
-        return try body(&value)
-    }
-}
+/// The tests share values through the core's pthread-based `LockedValue`
+/// (ThreadSanitizer understands it, unlike `Synchronization.Mutex` on Linux).
+typealias TestLock<Value> = LockedValue<Value>
 #endif

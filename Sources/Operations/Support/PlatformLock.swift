@@ -146,24 +146,25 @@ func monotonicNanoseconds() -> UInt64 {
 }
 
 /// A value guarded by a `PlatformLock`: the library's (and tests')
-/// replacement for `Synchronization.Mutex`.
+/// replacement for `Synchronization.Mutex`. `package`: the integration
+/// targets of this package use it too; clients do not see it.
 ///
 /// `Mutex` on Linux waits with futex system calls inside the prebuilt,
 /// uninstrumented Synchronization library, which ThreadSanitizer cannot see:
 /// under contention it reports races that are not there. A pthread mutex is
 /// intercepted by ThreadSanitizer, so code that is correct stays quiet.
-final class LockedValue<Value>: @unchecked Sendable {
+package final class LockedValue<Value>: @unchecked Sendable {
     // @unchecked Sendable: `value` is read and written only inside
     // `withLock`, while `lock` is held.
     private let lock = PlatformLock()
     private var value: Value
 
-    init(_ value: Value) {
+    package init(_ value: Value) {
         self.value = value
     }
 
     /// Runs `body` with exclusive access to the value.
-    func withLock<R>(_ body: (inout Value) throws -> R) rethrows -> R {
+    package func withLock<R>(_ body: (inout Value) throws -> R) rethrows -> R {
         lock.lock()
         defer { lock.unlock() }
         return try body(&value)
