@@ -152,9 +152,8 @@ struct StressTests {
             guard let target = op.finishObserverWaitsFor else { continue }
             #expect(target < op.index)
         }
-        // On by default (the core bug of `blockingTailHoldsSlot` is fixed), and can be turned off.
-        #expect(StressPlan(configuration: StressConfiguration(seed: StressTests.seeds[0], operations: 3_000)).operations.contains { $0.finishObserverWaitsFor != nil })
-        #expect(!StressPlan(configuration: StressConfiguration(seed: StressTests.seeds[0], operations: 3_000, blockingObservers: false)).operations.contains { $0.finishObserverWaitsFor != nil })
+        // Off by default (long soaks with it on still stall now and then).
+        #expect(!StressPlan(configuration: StressConfiguration(seed: StressTests.seeds[0], operations: 3_000)).operations.contains { $0.finishObserverWaitsFor != nil })
     }
 
     @Test("The census reports an operation, a closure or a queue that outlives its round, by name",

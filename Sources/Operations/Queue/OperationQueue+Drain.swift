@@ -104,14 +104,31 @@ extension OperationQueue {
             released.removeAll(keepingCapacity: true)
             if !finishes.isEmpty {
                 if isObserved { notifyDidChange(Self.contentKeys) }
+                // Plans without user code first (they only wake waiters);
+                // then the tails. A tail may wait for another operation of
+                // this batch, so only one tail runs on this thread and each
+                // other one gets a job of its own.
+                var tails: [FinishPlan] = []
                 for index in finishes.indices {
                     // Taken out of the array, so the plan holds the only
                     // reference the loop has.
                     guard let plan = finishes[index].take() else { continue }
+                    if plan.hasUserTail {
+                        tails.append(plan)
+                        continue
+                    }
                     if plan.countsRetirement { owedRetirements += 1 }
                     plan.complete(settle: false)
                 }
                 finishes.removeAll(keepingCapacity: true)
+                while tails.count > 1 {
+                    // Settled by the job itself (`memberRetired`).
+                    pool.submit(RetirementJob(tails.removeLast()), qos: queueQoS)
+                }
+                if let plan = tails.popLast() {
+                    owedRetirements += 1
+                    plan.complete(settle: false)
+                }
             }
             effects.perform(on: self)
             if userTail {
@@ -167,5 +184,24 @@ extension OperationQueue {
         guard pool.hasWaitingJobs else { return false }
         if pool.shouldYield { return true }
         return start == 0 || monotonicNanoseconds() &- start > 2_000_000
+    }
+}
+
+/// The tail (observers, completion block) of one finished operation, run on
+/// a pool worker of its own: a drain loop that retired several operations
+/// at once runs one tail itself and hands each other one to such a job.
+/// The queue counted the retirement as in flight (`unlink` with
+/// `retirementPending`), which keeps it alive until `complete(settle: true)`.
+final class RetirementJob: PoolJob, @unchecked Sendable {
+    // @unchecked Sendable: `plan` is taken once, by the one worker that runs
+    // the job; nothing else touches it.
+    private var plan: FinishPlan?
+
+    init(_ plan: FinishPlan) {
+        self.plan = plan
+    }
+
+    func runJob(on worker: Worker) {
+        plan.take()?.complete(settle: true)
     }
 }
