@@ -26,6 +26,24 @@ struct CancelAllTests {
         override var isReady: Bool { super.isReady }
     }
 
+    @Test("a completion block of a cancelled batch may wait for another operation of the same batch (regression: CI soak seeds 565860/565861)")
+    func tailWaitsForBatchMember() {
+        let queue = makeQueue("cancel-all-batch-tails", width: 1)
+        queue.isSuspended = true
+        let waited = Box(false)
+        let first = BlockOperation {}
+        let second = BlockOperation {}
+        // Both have tails; the first's waits (bounded) for the second, which
+        // is retired in the same batch, after it.
+        first.completionBlock = { waited.value = second.waitUntilFinished(timeout: .seconds(5)) }
+        second.completionBlock = {}
+        queue.addOperations([first, second], waitUntilFinished: false)
+        queue.cancelAllOperations()
+        queue.isSuspended = false
+        #expect(queue.waitUntilAllOperationsAreFinished(timeout: patience))
+        #expect(waited.value, "the completion block's wait for its batch neighbour timed out")
+    }
+
     @Test("an overridden cancel() is called once per operation, plain ones are cancelled in batches, and all retire")
     func mixedClasses() {
         let queue = makeQueue("cancel-all-mixed", width: 1)
