@@ -146,8 +146,12 @@ extension Operation {
             guard state.removeUnfinishedDependency() else { return }
             becameReady = true
             guard state.isEnqueued, !state.isRetired, let owner = membership else { return }
+            // Whether readiness is user code comes from the class, not from
+            // `queueLink`: that record belongs to the queue and is written
+            // under the queue's lock, which this thread does not hold
+            // (ThreadSanitizer found the race in a soak).
             if let callerQueue, owner.toOpaque() == Unmanaged.passUnretained(callerQueue).toOpaque(),
-               !queueLink.has(QueueLink.Flags.customReadiness) {
+               !overrides(.isReady) {
                 news = .readyInCallerQueue
             } else {
                 // The queue is alive while this operation is a member (checked
