@@ -153,6 +153,8 @@ struct FinishPlan {
     /// operation is a member, and while a retirement it counted is in flight.
     let queue: Unmanaged<OperationQueue>?
     private let keys: LifecycleKeys
+    /// Whether `announce()` already delivered `keys`.
+    private var announced = false
     /// Whether instruments were installed when the operation finished.
     private let instrumented = OperationInstrumentation.isActive
 
@@ -217,6 +219,23 @@ struct FinishPlan {
         return collected
     }
 
+    /// Step 4, first half: the did-change announcements of `keys` to the
+    /// operation's observers, once. The drain loop delivers them before it
+    /// lets another loop start the next operation, so that, as in
+    /// Foundation, a serial queue's next operation starts after the previous
+    /// one announced `isFinished`; the completion block may run later.
+    mutating func announce() {
+        guard !announced, !keys.isEmpty, let finished = operation else { return }
+        announced = true
+        let owner = queue
+        let names = keys.names
+        ThreadContext.withCurrent { context in
+            let saved = context.enter(finished, queue: owner)
+            finished.notifyDidChange(names)
+            context.leave(restoring: saved)
+        }
+    }
+
     /// Steps 4 to 6: observers, completion block, retirement, and (when
     /// `settle` is true) telling the queue that the retirement it counted is
     /// done. Drops the operation before the queue is told, so that a queue
@@ -230,7 +249,7 @@ struct FinishPlan {
             let owner = queue
             ThreadContext.withCurrent { context in
                 let saved = context.enter(finished, queue: owner)
-                if !keys.isEmpty { finished.notifyDidChange(keys.names) }
+                if !keys.isEmpty, !announced { finished.notifyDidChange(keys.names) }
                 if let block = completion {
                     completion = nil
                     block()

@@ -93,17 +93,20 @@ extension OperationQueue {
             var effects = takeEffectsLocked()
             lock.unlock()
 
-            // Another loop, if one was requested, starts before the tails
-            // below run: a tail may block until that loop has run more work.
+            // The list's references go first, then the queue's observers,
+            // then each finished operation's isExecuting/isFinished observers
+            // (before another loop may start the next operation: Foundation's
+            // order), then the completion blocks and waiters.
+            released.removeAll(keepingCapacity: true)
+            if !finishes.isEmpty, isObserved { notifyDidChange(Self.contentKeys) }
+            for index in finishes.indices { finishes[index]?.announce() }
+            // Another loop, if one was requested, starts before the completion
+            // blocks below run: one may block until that loop has run more work.
             if let loop = effects.drainLoop {
                 effects.drainLoop = nil
                 post(drainLoopTo: loop)
             }
-            // The list's references go first, then each finished operation's
-            // observers and completion block, then waiters.
-            released.removeAll(keepingCapacity: true)
             if !finishes.isEmpty {
-                if isObserved { notifyDidChange(Self.contentKeys) }
                 // Plans without user code first (they only wake waiters);
                 // then the tails. A tail may wait for another operation of
                 // this batch, so only one tail runs on this thread and each

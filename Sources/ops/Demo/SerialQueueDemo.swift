@@ -64,9 +64,9 @@ enum SerialQueueDemo {
                        "each operation started only after the previous one had finished")
         log.checkOrder(["operation2", "operation2 isFinished NO→YES", "operation2-completionBlock"],
                        "operation2's completion block ran after operation2 had finished")
-        log.say("     (operation2 has left the queue and freed its slot when its completion block runs: as on\n" +
-                "      Darwin, whose output in the article shows the block on another thread, operation3 may\n" +
-                "      start before or while the block runs.)")
+        log.say("     (operation3 starts only after operation2 announced isFinished; operation2 has left the queue\n" +
+                "      and freed its slot when its completion block runs: as on Darwin, whose output in the article\n" +
+                "      shows the block on another thread, operation3 may start before or while the block runs.)")
         log.check(meter.peak == 1, "never more than one operation ran at a time", detail: "\(meter.peak) ran at once")
         log.checkThreads(of: ["operation1", "operation2", "operation3"], startWith: "ops.worker.",
                          "they ran on the library's worker threads")
