@@ -12,10 +12,10 @@ struct StressTests {
     static let seeds: [UInt64] = [0x5EED_0001, 0x5EED_0002, 0x5EED_0003]
 
     @Test("A short seeded round breaks no invariant and drains every queue", arguments: seeds)
-    func shortSeededRound(seed: UInt64) {
+    func shortSeededRound(seed: UInt64) async {
         let configuration = StressConfiguration(seed: seed, operations: 3_000, queues: 5, waitTimeout: .seconds(60))
         let plan = StressPlan(configuration: configuration)
-        let report = StressRunner.run(configuration) { print($0) }
+        let report = await runOffThePool(configuration, log: true)
         let rerun = "rerun: swift run ops soak --seed \(seed) --rounds 1 --operations-per-round 3000 --queues 5"
         let details = report.violations.prefix(20).map(\.description).joined(separator: "\n")
         #expect(report.violations.isEmpty && report.violationCount == 0,
@@ -100,7 +100,7 @@ struct StressTests {
     }
 
     @Test("A round that cannot drain is reported, with a dump of the queues, instead of hanging")
-    func hangBecomesViolation() {
+    func hangBecomesViolation() async {
         let configuration = StressConfiguration(
             seed: 0x5EED_0004,
             operations: 300,
@@ -109,7 +109,7 @@ struct StressTests {
             drainTimeout: .milliseconds(300),
             injectedFault: .leaveQueueSuspended
         )
-        let report = StressRunner.run(configuration)
+        let report = await runOffThePool(configuration, log: false)
         #expect(!report.passed)
         #expect(!report.queuesDrained)
         let timeouts = report.violations.filter { $0.kind == .timeout }
@@ -158,7 +158,7 @@ struct StressTests {
 
     @Test("The census reports an operation, a closure or a queue that outlives its round, by name",
           arguments: [StressConfiguration.InjectedFault.leakOperation, .leakClosure, .leakQueue])
-    func censusCatchesLeaks(fault: StressConfiguration.InjectedFault) {
+    func censusCatchesLeaks(fault: StressConfiguration.InjectedFault) async {
         let configuration = StressConfiguration(
             seed: 0x5EED_0005,
             operations: 300,
@@ -167,7 +167,7 @@ struct StressTests {
             injectedFault: fault,
             censusTimeout: .milliseconds(200)
         )
-        let report = StressRunner.run(configuration)
+        let report = await runOffThePool(configuration, log: false)
         let leaks = report.violations.filter { $0.kind == .leak }
         let expected: String
         switch fault {
@@ -270,7 +270,10 @@ struct StressTests {
             guard change.isPrior, state.hookArmed.exchange(false, ordering: .sequentiallyConsistent) else { return }
             dependent.armed.store(true, ordering: .sequentiallyConsistent)
             DispatchQueue.global().async { dependency.start() }
-            _ = dependent.entered.wait(timeout: .now() + .seconds(5))
+            // Bounded short: in today's core the dependent is not yet claimed
+            // here, so its isReady is read only later, inside addOperation,
+            // and this wait (and the pause below) end by timing out.
+            _ = dependent.entered.wait(timeout: .now() + .seconds(1))
         }
         state.hookArmed.store(true, ordering: .sequentiallyConsistent)
         queue.addOperation(dependent)
@@ -303,7 +306,7 @@ final class SlowReadyOperation: BlockOperation, @unchecked Sendable {
         let ready = super.isReady
         if ready, armed.exchange(false, ordering: .sequentiallyConsistent) {
             entered.signal()
-            _ = proceed.wait(timeout: .now() + .seconds(5))
+            _ = proceed.wait(timeout: .now() + .seconds(1))
         }
         return ready
     }
@@ -359,5 +362,18 @@ struct PlanCensus {
         observerWaits += other.observerWaits
         misuses += other.misuses
         misuseKinds.formUnion(other.misuseKinds)
+    }
+}
+
+/// Runs a stress round on a thread of its own and awaits its report. A round
+/// blocks for seconds (it waits for its queues) and its `async` bodies need
+/// Swift concurrency's cooperative pool, which has one thread per core: run
+/// on a test's own (cooperative) thread, parallel rounds could starve the
+/// pool, and with it every other test that awaits something.
+func runOffThePool(_ configuration: StressConfiguration, log: Bool) async -> StressReport {
+    await withCheckedContinuation { (done: CheckedContinuation<StressReport, Never>) in
+        spawnThread {
+            done.resume(returning: StressRunner.run(configuration) { line in if log { print(line) } })
+        }
     }
 }
