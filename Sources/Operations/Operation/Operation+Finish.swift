@@ -51,11 +51,16 @@ extension Operation {
     /// With `endingBody`, the base state also becomes finished (see
     /// `bodyDidFinish`), in the same critical section.
     final func beginFinish(announcing keys: LifecycleKeys, endingBody: Bool = false) -> FinishPlan? {
-        var plan: FinishPlan?
-        var discarded: [@Sendable () -> Void] = []
-        withStateLock { state in
+        // Cancellation handlers (an async body's task) are useless once the
+        // operation finished; they may capture user values, so they are
+        // released outside the lock (`discarded`).
+        let (plan, discarded) = withStateLock { state -> (FinishPlan?, [@Sendable () -> Void]) in
             if endingBody { _ = state.finishBody() }
-            guard state.beginFinishing() else { return }
+            guard state.beginFinishing() else { return (nil, []) }
+            if storedDependents.isEmpty, storedDependencies.isEmpty, extras == nil, keys.isEmpty {
+                // The plain case: nothing to release, run or announce.
+                return (FinishPlan(plain: self, queue: membership), [])
+            }
             var dependents = OperationList.empty
             if !storedDependents.isEmpty {
                 storedDependents.take().forEach { entry in
@@ -68,13 +73,17 @@ extension Operation {
             let registered = state.unfinishedDependencies > 0 ? storedDependencies : .empty
             let dependsOnItself = state.hasSelfDependency
             state.clearDependencies()
-            let completion = extras?.completionBlock
-            extras?.completionBlock = nil
-            if let extras, !extras.cancellationHandlers.isEmpty {
-                discarded = extras.cancellationHandlers
-                extras.cancellationHandlers = []
+            var completion: (@Sendable () -> Void)?
+            var discarded: [@Sendable () -> Void] = []
+            if let extras {
+                completion = extras.completionBlock
+                extras.completionBlock = nil
+                if !extras.cancellationHandlers.isEmpty {
+                    discarded = extras.cancellationHandlers
+                    extras.cancellationHandlers = []
+                }
             }
-            plan = FinishPlan(
+            let plan = FinishPlan(
                 operation: self,
                 dependents: dependents,
                 registered: registered,
@@ -85,9 +94,8 @@ extension Operation {
             // A self-dependency would keep the operation alive forever; the
             // plan holds it, so dropping that reference here frees nothing.
             if dependsOnItself { _ = storedDependencies.remove(self) }
+            return (plan, discarded)
         }
-        // Cancellation handlers (an async body's task) are useless now; they
-        // may capture user values, so they are released outside the lock.
         withExtendedLifetime(discarded) {}
         if plan != nil, TraceRecorder.isActive { TraceRecorder.shared.record(.finished, self, queue: nil) }
         return plan
@@ -142,21 +150,22 @@ extension Operation {
 
 /// What remains to do after an operation was marked finished: steps 2 to 6
 /// of the retirement path. Created by `Operation.beginFinish`; used once.
+///
+/// Three references and a flag, so that the plain case (no dependents, no
+/// completion block, no observers) copies cheaply through the drain loop;
+/// everything else lives in a `FinishDetails` object, made only when needed.
 struct FinishPlan {
     /// The finished operation, held until step 5 is done. The drain loop
-    /// reads it to remove it from the queue; nothing else holds it then.
-    private(set) var operation: Operation?
-    private var dependents: OperationList
-    private var registered: OperationList
-    private var completion: (@Sendable () -> Void)?
+    /// reads it to remove it from the queue.
+    let operation: Operation
     /// The owning queue, unretained: it keeps itself alive while the
     /// operation is a member, and while a retirement it counted is in flight.
     let queue: Unmanaged<OperationQueue>?
-    private let keys: LifecycleKeys
-    /// Whether `announce()` already delivered `keys`.
-    private var announced = false
+    /// Dependents, dependencies still to leave, completion block and owed
+    /// announcements; nil when there are none.
+    private let details: FinishDetails?
     /// Whether instruments were installed when the operation finished.
-    private let instrumented = OperationInstrumentation.isActive
+    private let instrumented: Bool
 
     init(
         operation: Operation,
@@ -167,28 +176,39 @@ struct FinishPlan {
         keys: LifecycleKeys
     ) {
         self.operation = operation
-        self.dependents = dependents
-        self.registered = registered
-        self.completion = completion
         self.queue = queue
-        self.keys = keys
+        if dependents.isEmpty, registered.isEmpty, completion == nil, keys.isEmpty {
+            details = nil
+        } else {
+            details = FinishDetails(dependents: dependents, registered: registered, completion: completion, keys: keys)
+        }
+        instrumented = OperationInstrumentation.isActive
+    }
+
+    /// The plan of an operation with no dependents, dependencies,
+    /// completion block or owed announcements.
+    init(plain operation: Operation, queue: Unmanaged<OperationQueue>?) {
+        self.operation = operation
+        self.queue = queue
+        details = nil
+        instrumented = OperationInstrumentation.isActive
     }
 
     /// Whether steps 4 and 5 run user code (observers, a completion block),
     /// so that the queue counts the retirement as in flight until done.
-    var hasUserTail: Bool { completion != nil || !keys.isEmpty }
+    var hasUserTail: Bool { details?.hasUserTail ?? false }
 
     /// Whether the queue must count the retirement as in flight until step
     /// 6: the tail runs user code, or instruments are told `finished` there
     /// (queue waiters must not wake before they are).
-    var countsRetirement: Bool { hasUserTail || instrumented }
+    var countsRetirement: Bool { instrumented || hasUserTail }
 
     /// Steps 2 to 6, for every finish except a drain loop's own. The queue
     /// counts the retirement as in flight until it is complete, so that its
     /// waiters wake only after this plan has let go of the operation.
     consuming func run() {
-        _ = releaseDependents(collectingFor: nil)
-        if let queue, let operation {
+        if details != nil { _ = releaseDependents(collectingFor: nil) }
+        if let queue {
             queue._withUnsafeGuaranteedRef { $0.memberFinished(operation, retirementPending: true) }
         }
         complete(settle: true)
@@ -197,13 +217,99 @@ struct FinishPlan {
     /// Step 2. Dependents that became ready and belong to `queue` (whose
     /// readiness is the base state) are returned for the caller to admit
     /// under its own lock; others are handed to their queues.
-    mutating func releaseDependents(collectingFor queue: OperationQueue?) -> [Operation] {
+    func releaseDependents(collectingFor queue: OperationQueue?) -> [Operation] {
         // Most operations have no dependents and left no dependency's list.
-        guard !registered.isEmpty || !dependents.isEmpty, let operation else { return [] }
-        registered.forEach { dependency in
-            dependency.withStateLock { _ in _ = dependency.storedDependents.remove(operation) }
+        guard let details else { return [] }
+        return details.releaseDependents(of: operation, collectingFor: queue)
+    }
+
+    /// Step 4, first half: the did-change announcements owed to the
+    /// operation's observers, once. The drain loop delivers them before it
+    /// lets another loop start the next operation, so that, as in
+    /// Foundation, a serial queue's next operation starts after the previous
+    /// one announced `isFinished`; the completion block may run later.
+    func announce() {
+        guard let details, let names = details.takeAnnouncement() else { return }
+        let finished = operation
+        let owner = queue
+        ThreadContext.withCurrent { context in
+            let saved = context.enter(finished, queue: owner)
+            finished.notifyDidChange(names)
+            context.leave(restoring: saved)
         }
-        registered = .empty
+    }
+
+    /// Steps 4 to 6: observers, completion block, retirement, and (when
+    /// `settle` is true) telling the queue that the retirement it counted is
+    /// done. Drops the operation before the queue is told, so that a queue
+    /// waiter that wakes finds it released if nothing else holds it.
+    consuming func complete(settle: Bool) {
+        let owner = queue
+        if instrumented || OperationInstrumentation.isActive {
+            OperationInstrumentation.emit(.finished, operation, queue: owner?.takeUnretainedValue())
+        }
+        if let details, details.hasUserTail {
+            let finished = operation
+            ThreadContext.withCurrent { context in
+                let saved = context.enter(finished, queue: owner)
+                if let names = details.takeAnnouncement() { finished.notifyDidChange(names) }
+                if let block = details.takeCompletion() { block() }
+                context.leave(restoring: saved)
+            }
+        }
+        let waiters = operation.retire()
+        _ = consume self
+        for wake in waiters { wake() }
+        if settle, let owner {
+            owner._withUnsafeGuaranteedRef { $0.memberRetired() }
+        }
+    }
+}
+
+/// The parts of a `FinishPlan` beyond the plain case. Used by the one thread
+/// that runs the plan (and, for `announce`, the drain loop before it hands
+/// the plan on): never shared concurrently.
+final class FinishDetails {
+    private var dependents: OperationList
+    private var registered: OperationList
+    private var completion: (@Sendable () -> Void)?
+    private let keys: LifecycleKeys
+    private var announced = false
+    /// Whether the retirement runs user code (observers, a completion
+    /// block). Fixed at creation: the queue counted the retirement as in
+    /// flight on that basis, and settles it on the same basis.
+    let hasUserTail: Bool
+
+    init(dependents: OperationList, registered: OperationList, completion: (@Sendable () -> Void)?, keys: LifecycleKeys) {
+        self.dependents = dependents
+        self.registered = registered
+        self.completion = completion
+        self.keys = keys
+        hasUserTail = completion != nil || !keys.isEmpty
+    }
+
+    /// The owed announcements' key names, once.
+    func takeAnnouncement() -> [String]? {
+        guard !keys.isEmpty, !announced else { return nil }
+        announced = true
+        return keys.names
+    }
+
+    /// The completion block, once.
+    func takeCompletion() -> (@Sendable () -> Void)? {
+        defer { completion = nil }
+        return completion
+    }
+
+    /// See `FinishPlan.releaseDependents(collectingFor:)`.
+    func releaseDependents(of operation: Operation, collectingFor queue: OperationQueue?) -> [Operation] {
+        if !registered.isEmpty {
+            registered.forEach { dependency in
+                dependency.withStateLock { _ in _ = dependency.storedDependents.remove(operation) }
+            }
+            registered = .empty
+        }
+        guard !dependents.isEmpty else { return [] }
         var collected: [Operation] = []
         let taken = dependents.take()
         taken.forEach { dependent in
@@ -217,53 +323,6 @@ struct FinishPlan {
             }
         }
         return collected
-    }
-
-    /// Step 4, first half: the did-change announcements of `keys` to the
-    /// operation's observers, once. The drain loop delivers them before it
-    /// lets another loop start the next operation, so that, as in
-    /// Foundation, a serial queue's next operation starts after the previous
-    /// one announced `isFinished`; the completion block may run later.
-    mutating func announce() {
-        guard !announced, !keys.isEmpty, let finished = operation else { return }
-        announced = true
-        let owner = queue
-        let names = keys.names
-        ThreadContext.withCurrent { context in
-            let saved = context.enter(finished, queue: owner)
-            finished.notifyDidChange(names)
-            context.leave(restoring: saved)
-        }
-    }
-
-    /// Steps 4 to 6: observers, completion block, retirement, and (when
-    /// `settle` is true) telling the queue that the retirement it counted is
-    /// done. Drops the operation before the queue is told, so that a queue
-    /// waiter that wakes finds it released if nothing else holds it.
-    consuming func complete(settle: Bool) {
-        guard let finished = operation else { return }
-        if OperationInstrumentation.isActive {
-            OperationInstrumentation.emit(.finished, finished, queue: queue?.takeUnretainedValue())
-        }
-        if hasUserTail {
-            let owner = queue
-            ThreadContext.withCurrent { context in
-                let saved = context.enter(finished, queue: owner)
-                if !keys.isEmpty, !announced { finished.notifyDidChange(keys.names) }
-                if let block = completion {
-                    completion = nil
-                    block()
-                }
-                context.leave(restoring: saved)
-            }
-        }
-        let waiters = finished.retire()
-        operation = nil
-        _ = consume finished
-        for wake in waiters { wake() }
-        if settle, let queue {
-            queue._withUnsafeGuaranteedRef { $0.memberRetired() }
-        }
     }
 }
 

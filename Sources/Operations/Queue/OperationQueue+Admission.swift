@@ -20,12 +20,50 @@ extension OperationQueue {
     ///
     /// Allocation-free for the common single add: the lists below are built
     /// only when something needs them.
+    /// Adds one operation (`addOperation`): the common case, with no
+    /// allocation and one acquisition of the lock. Anything unusual (an
+    /// overridden state getter, a pending limit, instruments or the trace
+    /// recorder) takes the general path, `admit(_:mode:barrier:collecting:)`.
+    final func admitOne(_ operation: Operation) {
+        guard !TraceRecorder.isActive, !OperationInstrumentation.isActive,
+              !operation.overrides(.isReady), !operation.overrides(.isFinished), !operation.overrides(.isExecuting) else {
+            admit(CollectionOfOne(operation), mode: .synchronous)
+            return
+        }
+        if OperationContextPropagation.isActive { operation.captureContextIfNeeded() }
+        let isObserved = observed.load(ordering: .relaxed)
+        if isObserved { notifyWillChange(Self.contentKeys) }
+        defer { if isObserved { notifyDidChange(Self.contentKeys) } }
+        lock.lock()
+        if state.pendingLimit != nil {
+            // The room check and any wait for room belong to the general path.
+            lock.unlock()
+            admit(CollectionOfOne(operation), mode: .synchronous, contentAnnounced: true)
+            return
+        }
+        if let (refusal, owner) = operation.claim(for: self) {
+            lock.unlock()
+            reportRefusedAdd(operation, refusal: refusal, owner: owner, batch: [operation])
+            return
+        }
+        state.link(operation, barrier: false, customReadiness: false, customStart: operation.overrides(.start))
+        emitLocked(.added(operation))
+        let current = operation.loadState()
+        state.apply(operation, ready: current.isBaseReady, cancelled: current.isCancelled)
+        let effects = takeEffectsLocked()
+        lock.unlock()
+        effects.perform(on: self)
+    }
+
+    /// `contentAnnounced`: the caller already sent the will-change of the
+    /// queue's content keys and sends the did-change itself.
     @discardableResult
     final func admit<C: Collection<Operation>>(
         _ operations: C,
         mode: AdmissionMode,
         barrier: Bool = false,
-        collecting: Bool = false
+        collecting: Bool = false,
+        contentAnnounced: Bool = false
     ) -> [Operation]? {
         // A class that overrides `isExecuting` or `isFinished` reports its
         // own state: ask it before taking any lock.
@@ -40,7 +78,7 @@ extension OperationQueue {
         }
         let total = operations.count - refusedByGetter.count
         guard total > 0 else { return [] }
-        let isObserved = observed.load(ordering: .relaxed)
+        let isObserved = !contentAnnounced && observed.load(ordering: .relaxed)
         if isObserved { notifyWillChange(Self.contentKeys) }
         defer { if isObserved { notifyDidChange(Self.contentKeys) } }
 

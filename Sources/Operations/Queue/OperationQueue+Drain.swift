@@ -45,10 +45,10 @@ extension OperationQueue {
                 let current = operation.loadState()
                 state.apply(operation, ready: current.isBaseReady, cancelled: current.isCancelled)
             }
-            readied.removeAll(keepingCapacity: true)
+            readied.empty()
             var userTail = false
             for case let plan? in finishes {
-                guard let operation = plan.operation else { continue }
+                let operation = plan.operation
                 userTail = userTail || plan.hasUserTail
                 if let owned = state.unlink(operation, retirementPending: plan.countsRetirement) {
                     released.append(owned)
@@ -97,7 +97,7 @@ extension OperationQueue {
             // then each finished operation's isExecuting/isFinished observers
             // (before another loop may start the next operation: Foundation's
             // order), then the completion blocks and waiters.
-            released.removeAll(keepingCapacity: true)
+            released.empty()
             if !finishes.isEmpty, isObserved { notifyDidChange(Self.contentKeys) }
             for index in finishes.indices { finishes[index]?.announce() }
             // Another loop, if one was requested, starts before the completion
@@ -123,7 +123,7 @@ extension OperationQueue {
                     if plan.countsRetirement { owedRetirements += 1 }
                     plan.complete(settle: false)
                 }
-                finishes.removeAll(keepingCapacity: true)
+                finishes.empty()
                 while tails.count > 1 {
                     // Settled by the job itself (`memberRetired`).
                     pool.submit(RetirementJob(tails.removeLast()), qos: queueQoS)
@@ -155,7 +155,7 @@ extension OperationQueue {
             for cancelled in cancelledBatch {
                 run(cancelled, customStart: false, finishes: &finishes, readied: &readied)
             }
-            cancelledBatch.removeAll(keepingCapacity: true)
+            cancelledBatch.empty()
             if isObserved, !finishes.isEmpty { notifyWillChange(Self.contentKeys) }
             worker?.recordProgress()
             startedInSlice += 1
@@ -174,8 +174,9 @@ extension OperationQueue {
     /// Starts one dequeued operation; if it finished synchronously, releases
     /// its dependents and keeps its plan for the loop to retire.
     private func run(_ operation: Operation, customStart: Bool, finishes: inout [FinishPlan?], readied: inout [Operation]) {
-        guard var plan = operation.startFromQueue(customStart: customStart) else { return }
-        readied += plan.releaseDependents(collectingFor: self)
+        guard let plan = operation.startFromQueue(customStart: customStart) else { return }
+        let released = plan.releaseDependents(collectingFor: self)
+        if !released.isEmpty { readied += released }
         finishes.append(plan)
     }
 
@@ -187,6 +188,20 @@ extension OperationQueue {
         guard pool.hasWaitingJobs else { return false }
         if pool.shouldYield { return true }
         return start == 0 || monotonicNanoseconds() &- start > 2_000_000
+    }
+}
+
+extension Array {
+    /// Removes every element, keeping the capacity. Much cheaper than
+    /// `removeAll(keepingCapacity:)` for the drain loop's usual zero or one
+    /// element.
+    @inline(__always)
+    mutating func empty() {
+        switch count {
+        case 0: return
+        case 1: removeLast()
+        default: removeAll(keepingCapacity: true)
+        }
     }
 }
 

@@ -3,23 +3,44 @@ import Dispatch
 /// What a queue must do after a change of its state, once its lock is
 /// released: start a drain loop, wake waiters, and give back its self-retain
 /// when it became idle.
+///
+/// Trivial to copy and destroy in the common case (a drain loop request at
+/// most): waiters to wake, which are rare, live in a `QueueWakeups` object.
 struct QueueEffects {
     /// Where to start one more drain loop, if one was requested.
     var drainLoop: OperationQueue.DrainExecutor?
-    /// Threads to wake (main-thread inline runners).
-    var signals: [WaitSignal] = []
-    /// Waiters to resume (queue waits, producers waiting for room).
-    var resumptions: [@Sendable () -> Void] = []
+    /// Threads to wake and waiters to resume, if any.
+    var wakeups: QueueWakeups?
     /// The queue's retain of itself, to release last.
     var selfRelease: Unmanaged<OperationQueue>?
+
+    /// The wakeups object, made on first use.
+    mutating func addingWakeups() -> QueueWakeups {
+        if let wakeups { return wakeups }
+        let made = QueueWakeups()
+        wakeups = made
+        return made
+    }
 
     /// Performs the effects. Releases the self-retain last: a caller that
     /// holds no reference of its own must not touch the queue afterwards.
     consuming func perform(on queue: OperationQueue) {
         if let drainLoop { queue.post(drainLoopTo: drainLoop) }
+        if let wakeups { wakeups.wake() }
+        selfRelease?.release()
+    }
+}
+
+/// Threads to wake (main-thread inline runners) and waiters to resume
+/// (queue waits, producers waiting for room), collected under the queue's
+/// lock and woken after it is released. Used by one thread at a time.
+final class QueueWakeups {
+    var signals: [WaitSignal] = []
+    var resumptions: [@Sendable () -> Void] = []
+
+    func wake() {
         for signal in signals { signal.signal() }
         for resume in resumptions { resume() }
-        selfRelease?.release()
     }
 }
 
@@ -27,7 +48,11 @@ extension OperationQueue {
     /// Where drain loops run.
     enum DrainExecutor {
         case pool(qos: Int)
-        case dispatch(DispatchQueue)
+        /// The underlying `DispatchQueue`, held as `AnyObject`: a payload of
+        /// a type from a resilient module would make every copy and destroy
+        /// of `QueueEffects` go through runtime value witnesses, on the
+        /// hot path of every add and every drain step.
+        case dispatch(AnyObject)
         case mainThread
     }
 
@@ -41,7 +66,7 @@ extension OperationQueue {
                 Int32(clamping: state.readyCount), Int32(clamping: state.executing), Int32(clamping: state.count)))
         }
         if state.isIdle {
-            if !drainWaiters.isEmpty { effects.resumptions = drainWaiters.takeAll() }
+            if !drainWaiters.isEmpty { effects.addingWakeups().resumptions = drainWaiters.takeAll() }
             if let retained = retainedSelf {
                 retainedSelf = nil
                 effects.selfRelease = retained
@@ -51,12 +76,14 @@ extension OperationQueue {
             retainedSelf = Unmanaged.passRetained(self)
         }
         if !changeWaiters.isEmpty {
-            effects.signals = changeWaiters
+            effects.addingWakeups().signals = changeWaiters
             changeWaiters = []
         }
-        while let first = roomWaiters.first, state.hasRoom(for: first.count) {
-            roomWaiters.removeFirst()
-            effects.resumptions.append(first.resume)
+        if !roomWaiters.isEmpty {
+            while let first = roomWaiters.first, state.hasRoom(for: first.count) {
+                roomWaiters.removeFirst()
+                effects.addingWakeups().resumptions.append(first.resume)
+            }
         }
         return effects
     }
@@ -75,16 +102,25 @@ extension OperationQueue {
     final func post(drainLoopTo executor: DrainExecutor) {
         switch executor {
         case .mainThread: DispatchQueue.main.async { self.drain(worker: nil) }
-        case .dispatch(let queue): queue.async { self.drain(worker: nil) }
+        case .dispatch(let queue): unsafeDowncast(queue, to: DispatchQueue.self).async { self.drain(worker: nil) }
         case .pool(let qos): WorkerPool.shared.submit(self, qos: qos)
         }
     }
 
     /// Delivers `event` to every subscriber, in the order the queue's state
     /// changed. Call with `lock` held; yielding to a stream runs no user code.
+    @inline(__always)
     final func emitLocked(_ event: @autoclosure () -> Event) {
-        guard hasEventSinks.load(ordering: .relaxed), !eventSinks.isEmpty else { return }
-        let value = event()
+        guard hasEventSinks.load(ordering: .relaxed) else { return }
+        deliverLocked(event())
+    }
+
+    /// `emitLocked`'s delivery, kept out of line: its locals (a clock
+    /// instant, the sinks) need runtime type metadata that the common path,
+    /// with no subscriber, should not pay for.
+    @inline(never)
+    private func deliverLocked(_ value: Event) {
+        guard !eventSinks.isEmpty else { return }
         let time = ContinuousClock.now
         for sink in eventSinks.values { sink.yield(value, at: time) }
     }

@@ -273,12 +273,12 @@ open class OperationQueue: @unchecked Sendable {
     /// (``setPendingLimit(_:policy:)``) the call follows the limit's policy,
     /// except from inside this queue's own work, which is never held back.
     open func addOperation(_ operation: Operation) {
-        admit(CollectionOfOne(operation), mode: .synchronous)
+        admitOne(operation)
     }
 
     /// Wraps `block` in a ``BlockOperation`` and adds it.
     open func addOperation(_ block: @escaping @Sendable () -> Void) {
-        admit(CollectionOfOne(BlockOperation(block: block)), mode: .synchronous)
+        admitOne(BlockOperation(block: block))
     }
 
     /// Adds several operations in one step and, if `wait` is true, blocks
