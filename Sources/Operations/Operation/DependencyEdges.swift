@@ -22,10 +22,12 @@ extension Operation {
 
     final func performAddDependency(_ dependency: Operation) {
         if OperationMisuse.reportsDependencyCycles, let cycle = DependencyGraph.cycle(closedBy: self, dependingOn: dependency) {
+            let members = cycle.map(\.misuseSubject)
             OperationMisuse.report(
                 .dependencyCycle,
-                subject: misuseSubject,
-                "was given a dependency that closes a cycle: \(DependencyGraph.describe(cycle)). None of these operations could start unless one is cancelled; the dependency was not added (OperationMisuse.reportsDependencyCycles is on)."
+                subject: .operation(self),
+                "was given a dependency that closes a cycle: \(members.joined(separator: " → ")). None of these operations could start unless one is cancelled; the dependency was not added (OperationMisuse.reportsDependencyCycles is on).",
+                cycle: members
             )
             return
         }

@@ -147,18 +147,18 @@ extension OperationQueue {
         let record = WaitRegistry.Record(running: ThreadContext.current.runningOperations, target: .room(self))
         if let reason = WaitRegistry.shared.begin(record) {
             lock.withLock { roomWaiters.removeAll { $0.key == key } }
-            OperationMisuse.report(.waitDeadlock, subject: misuseSubject, "is full (pending limit) and the add can never proceed: it \(reason) The operations were not added.")
+            OperationMisuse.report(.waitDeadlock, subject: .queue(self), "is full (pending limit) and the add can never proceed: it \(reason) The operations were not added.")
             return false
         }
         defer { WaitRegistry.shared.end(record) }
         let outcome = WorkerPool.shared.blocking {
             WaitRegistry.block(on: signal, deadline: nil, record: record) {
-                "addOperation waits for room under the pending limit of:\n" + self.diagnostics().description
+                .queue(self, "addOperation waits for room under the pending limit of:")
             }
         }
         if case .neverEnds(let reason) = outcome {
             lock.withLock { roomWaiters.removeAll { $0.key == key } }
-            OperationMisuse.report(.waitDeadlock, subject: misuseSubject, "is full (pending limit) and the add can never proceed: it \(reason) The operations were not added.")
+            OperationMisuse.report(.waitDeadlock, subject: .queue(self), "is full (pending limit) and the add can never proceed: it \(reason) The operations were not added.")
             return false
         }
         return true
@@ -214,7 +214,7 @@ extension OperationQueue {
                 detail = "was added to \(misuseSubject) twice; it is already in this queue (or was, and has finished)."
             }
         }
-        OperationMisuse.report(code, subject: operation.misuseSubject, detail)
+        OperationMisuse.report(code, subject: .operation(operation, in: self), detail)
     }
 }
 
