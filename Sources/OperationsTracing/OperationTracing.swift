@@ -259,7 +259,7 @@ final class SpanTable: Sendable {
                 cancelled: operation.isCancelled,
                 at: instant
             )
-        case .added, .ready, .rejected:
+        case .added, .ready, .notReady, .rejected:
             break
         }
     }

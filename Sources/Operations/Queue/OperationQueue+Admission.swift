@@ -120,7 +120,8 @@ extension OperationQueue {
         if let addedAt {
             for operation in accepted {
                 OperationInstrumentation.emit(.added, operation, queue: self, at: addedAt)
-                if operation.loadState().isBaseReady { OperationInstrumentation.emit(.ready, operation, queue: self, at: addedAt) }
+                // An `isReady` override is reported by memberReadinessMayHaveChanged.
+                if operation.loadState().isBaseReady, !operation.overrides(.isReady) { OperationInstrumentation.emit(.ready, operation, queue: self, at: addedAt) }
             }
         }
         return collecting ? accepted : []
