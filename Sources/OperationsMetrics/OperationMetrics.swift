@@ -21,9 +21,10 @@ import Operations
 ///
 /// ## Metrics
 /// Every metric has the dimension `queue`: the queue's
-/// ``Operations/OperationQueue/name`` (``unnamedQueue`` for a queue never
-/// named, so that unnamed queues share one series instead of one per
-/// address). With the default prefix `operations`:
+/// ``Operations/OperationQueue/name`` (``unnamedQueue`` for a queue without
+/// a name of its own, ``Operations/OperationQueue/isNamed``, so that
+/// unnamed queues share one series instead of one per address). With the
+/// default prefix `operations`:
 ///
 /// | Label | Type | What |
 /// |---|---|---|
@@ -132,14 +133,15 @@ public enum OperationMetrics {
         return Token(registration: registration, recorder: recorder)
     }
 
-    /// The queue's name, or ``unnamedQueue`` if it was never named (the
-    /// default name, `OperationQueue 0x…`, holds an address).
+    /// The queue's name, or ``unnamedQueue`` if it has no name of its own
+    /// (``Operations/OperationQueue/isNamed``: the default name,
+    /// `OperationQueue 0x…`, holds an address).
     ///
     /// - Parameter queue: A queue.
     /// - Returns: The value of its `queue` dimension.
     @Sendable
     public static func defaultQueueDimension(_ queue: OperationQueue) -> String {
-        guard let name = queue.name, !name.hasPrefix("OperationQueue 0x") else { return unnamedQueue }
+        guard queue.isNamed, let name = queue.name else { return unnamedQueue }
         return name
     }
 }

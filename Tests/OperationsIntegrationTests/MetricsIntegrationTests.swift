@@ -210,6 +210,12 @@ extension IntegrationTests {
 
             #expect(OperationMetrics.defaultQueueDimension(OperationQueue()) == OperationMetrics.unnamedQueue)
             #expect(OperationMetrics.defaultQueueDimension(named) == name)
+            // A name of the user's own is kept, even one that looks like a default.
+            let lookalike = OperationQueue()
+            lookalike.name = "OperationQueue 0x1234"
+            #expect(OperationMetrics.defaultQueueDimension(lookalike) == "OperationQueue 0x1234")
+            lookalike.name = nil
+            #expect(OperationMetrics.defaultQueueDimension(lookalike) == OperationMetrics.unnamedQueue)
         }
 
         @Test("Custom labels and dimensions; a task-local factory at install")
