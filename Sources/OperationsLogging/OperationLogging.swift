@@ -20,11 +20,13 @@ import Operations
 ///
 /// ## Levels and metadata
 /// A misuse is logged at ``defaultMisuseLevel`` (`.error`); a wait that has
-/// lasted longer than `OPERATIONS_WAIT_WARNING_SECONDS`, and the worker
-/// ceiling, at ``defaultWarningLevel`` (`.warning`). Each entry carries
-/// the metadata of ``metadata(for:)``: `report.kind`, `misuse.code`,
-/// `operation` or `queue` (the subject), and `report.cycle` when the
-/// report names a dependency cycle.
+/// lasted longer than ``Operations/OperationReporting/waitWarningThreshold``
+/// (`OPERATIONS_WAIT_WARNING_SECONDS`), and the worker ceiling, at
+/// ``defaultWarningLevel`` (`.warning`). Each entry carries the metadata of
+/// ``metadata(for:)``: `report.kind`, `misuse.code`, `operation` or `queue`
+/// (the subject), `operation.name`, `operation.type`, `queue.name`, and
+/// `report.cycle` with `report.cycle.members` when the report names a
+/// dependency cycle.
 ///
 /// ## The misuse policy is unchanged
 /// Logging observes misuses; it does not handle them. With the default
@@ -99,46 +101,53 @@ public enum OperationLogging {
         }
     }
 
-    /// The metadata of the entry for `report`:
+    /// The metadata of the entry for `report`, from its structured fields:
     ///
     /// - `report.kind`: `misuse`, `waitTooLong` or `workerCeiling`;
     /// - `misuse.code`: the misuse's ``Operations/OperationMisuse/Code``
     ///   (`startNotReady`, `dependencyCycle`, …), for a misuse;
-    /// - `operation` or `queue`: the subject, as `Type "name" (0x…)` for an
-    ///   operation and `OperationQueue "name"` for a queue, when the report
-    ///   has one;
+    /// - `operation` or `queue`, by ``Operations/OperationReport/subjectKind``:
+    ///   the subject, as `Type "name" (0x…)` for an operation and
+    ///   `OperationQueue "name"` for a queue, when the report has one;
+    /// - `operation.name` and `operation.type`: the operation's
+    ///   ``Operations/Operation/name`` (when it has one) and type, when the
+    ///   subject is an operation;
+    /// - `queue.name`: the name of the queue concerned, only when it has one
+    ///   of its own (``Operations/OperationReport/queueName``): never the
+    ///   default `OperationQueue 0x…`;
     /// - `report.cycle`: `true` when the report is about a dependency cycle
-    ///   (the `dependencyCycle` misuse, or a hang report whose explanation
-    ///   names a cycle).
+    ///   (the `dependencyCycle` misuse, or a hang report that names a
+    ///   cycle), with `report.cycle.members`: the cycle's operations in order
+    ///   (each depends on the next, the first repeated at the end).
     ///
     /// - Parameter report: A report of the library.
     /// - Returns: The entry's metadata.
     public static func metadata(for report: OperationReport) -> Logger.Metadata {
         var metadata: Logger.Metadata = [:]
-        var cycle = false
         switch report.kind {
         case .misuse(let code):
             metadata["report.kind"] = "misuse"
             metadata["misuse.code"] = .string(code.rawValue)
-            cycle = code == .dependencyCycle
         case .waitTooLong:
             metadata["report.kind"] = "waitTooLong"
-            cycle = report.message.contains("cycle: ")
         case .workerCeiling:
             metadata["report.kind"] = "workerCeiling"
         }
         if let subject = report.subject {
-            metadata[subjectKey(subject)] = .string(subject)
+            switch report.subjectKind {
+            case .operation?: metadata["operation"] = .string(subject)
+            case .queue?: metadata["queue"] = .string(subject)
+            case nil: break
+            }
         }
-        if cycle { metadata["report.cycle"] = "true" }
+        if let name = report.operationName { metadata["operation.name"] = .string(name) }
+        if let type = report.operationTypeName { metadata["operation.type"] = .string(type) }
+        if let name = report.queueName { metadata["queue.name"] = .string(name) }
+        if let cycle = report.cycle {
+            metadata["report.cycle"] = "true"
+            metadata["report.cycle.members"] = .array(cycle.map { .string($0) })
+        }
         return metadata
-    }
-
-    /// The metadata key of a report's subject. An operation's subject ends
-    /// with its address in parentheses (`BlockOperation "resize" (0x…)`), a
-    /// queue's with its quoted name (`OperationQueue "images"`).
-    static func subjectKey(_ subject: String) -> String {
-        subject.hasSuffix(")") ? "operation" : "queue"
     }
 
     static func log(_ report: OperationReport, to logger: Logger, misuseLevel: Logger.Level, warningLevel: Logger.Level) {

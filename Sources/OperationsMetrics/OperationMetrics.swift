@@ -21,9 +21,10 @@ import Operations
 ///
 /// ## Metrics
 /// Every metric has the dimension `queue`: the queue's
-/// ``Operations/OperationQueue/name`` (``unnamedQueue`` for a queue never
-/// named, so that unnamed queues share one series instead of one per
-/// address). With the default prefix `operations`:
+/// ``Operations/OperationQueue/name`` (``unnamedQueue`` for a queue without
+/// a name of its own, ``Operations/OperationQueue/isNamed``, so that
+/// unnamed queues share one series instead of one per address). With the
+/// default prefix `operations`:
 ///
 /// | Label | Type | What |
 /// |---|---|---|
@@ -38,8 +39,12 @@ import Operations
 /// An operation started by hand, outside any queue, is counted in no
 /// series. Cancelled operations are started and finished by their queue
 /// without running their work: they are timed too, with a short run.
-/// `ready` counts an operation from the event that made it ready until it
-/// starts; a dependency added to a ready operation afterwards is not seen.
+/// `ready` counts an operation while its last readiness event
+/// (``Operations/OperationEvent/Kind/ready`` or
+/// ``Operations/OperationEvent/Kind/notReady``) says it is ready, until it
+/// starts: a dependency added to a ready operation takes it out again, and
+/// so does an `isReady` override that turns false (announced with
+/// `willChangeValue(forKey: "isReady")` / `didChangeValue(forKey: "isReady")`).
 ///
 /// ## Cost and bounds
 /// Events are recorded under one lock. Events of one operation can arrive
@@ -128,14 +133,15 @@ public enum OperationMetrics {
         return Token(registration: registration, recorder: recorder)
     }
 
-    /// The queue's name, or ``unnamedQueue`` if it was never named (the
-    /// default name, `OperationQueue 0x…`, holds an address).
+    /// The queue's name, or ``unnamedQueue`` if it has no name of its own
+    /// (``Operations/OperationQueue/isNamed``: the default name,
+    /// `OperationQueue 0x…`, holds an address).
     ///
     /// - Parameter queue: A queue.
     /// - Returns: The value of its `queue` dimension.
     @Sendable
     public static func defaultQueueDimension(_ queue: OperationQueue) -> String {
-        guard let name = queue.name, !name.hasPrefix("OperationQueue 0x") else { return unnamedQueue }
+        guard queue.isNamed, let name = queue.name else { return unnamedQueue }
         return name
     }
 }
@@ -172,7 +178,9 @@ struct OperationEntry {
     weak var operation: Operation?
     var series: QueueSeries?
     var added: ContinuousClock.Instant?
-    var ready: ContinuousClock.Instant?
+    /// The latest readiness event by time: when, and whether it made the
+    /// operation ready (`.ready`) or not (`.notReady`).
+    var readiness: (time: ContinuousClock.Instant, isReady: Bool)?
     var started: ContinuousClock.Instant?
     var finished: ContinuousClock.Instant?
     /// The phase counted in the meters.
@@ -189,7 +197,7 @@ struct OperationEntry {
         guard series != nil, finished == nil else { return .none }
         if started != nil { return .executing }
         guard added != nil else { return .none }
-        return ready != nil ? .ready : .pending
+        return readiness?.isReady == true ? .ready : .pending
     }
 
     /// Whether no further event can change what is recorded.
@@ -250,11 +258,12 @@ final class MetricsRecorder: Sendable {
             let known = state.entries[id]?.series ?? series
             known?.cancellations.increment()
             return
-        case .ready:
-            // A ready event for an operation no queue has claimed yet
-            // (its dependencies finished before it was added) is
-            // repeated by the add.
-            guard state.entries[id] != nil else { return }
+        case .ready, .notReady:
+            // A readiness event for an operation no queue has claimed yet
+            // (its dependencies finished before it was added) is repeated
+            // by the add. One with a queue may arrive before the add's
+            // `added`: it is kept.
+            guard state.entries[id] != nil || event.queue != nil else { return }
         case .added, .started, .finished:
             break
         }
@@ -262,7 +271,12 @@ final class MetricsRecorder: Sendable {
         if entry.series == nil { entry.series = series }
         switch event.kind {
         case .added: entry.added = event.time
-        case .ready: entry.ready = entry.ready ?? event.time
+        case .ready, .notReady:
+            // Events of one operation can arrive out of order: the latest by
+            // time decides (on a tie, the later arrival).
+            if entry.readiness.map({ $0.time <= event.time }) ?? true {
+                entry.readiness = (event.time, event.kind == .ready)
+            }
         case .started: entry.started = event.time
         case .finished:
             entry.finished = event.time

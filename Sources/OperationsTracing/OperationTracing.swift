@@ -29,9 +29,10 @@ import Tracing
 /// without one, its class (``defaultSpanName(_:)``). It starts when the
 /// operation starts and ends, once, when it finishes, at the times of those
 /// events. It carries the attributes `operation.class`, `operation.queue`
-/// (when it has a queue) and `operation.cancelled` (`true` or `false`), and
-/// an event `cancelled` when the operation is cancelled while its span is
-/// open (or before it starts). A cancelled operation that its queue finishes
+/// (the name of its queue, when that queue has a name of its own:
+/// ``Operations/OperationQueue/isNamed``) and `operation.cancelled` (`true`
+/// or `false`), and an event `cancelled` when the operation is cancelled
+/// while its span is open (or before it starts). A cancelled operation that its queue finishes
 /// without running its work still gets a (short) span.
 ///
 /// The parent and the tracer are taken where the operation is added (or,
@@ -247,21 +248,28 @@ final class SpanTable: Sendable {
         switch event.kind {
         case .started:
             let operation = event.operation
-            traced.start(name: spanName(operation), queue: event.queue?.name, className: className(operation), at: instant)
+            traced.start(name: spanName(operation), queue: event.queue.flatMap(ownName), className: className(operation), at: instant)
         case .cancelled:
             traced.cancel(at: instant)
         case .finished:
             let operation = event.operation
             traced.end(
                 name: spanName(operation),
-                queue: event.queue?.name,
+                queue: event.queue.flatMap(ownName),
                 className: className(operation),
                 cancelled: operation.isCancelled,
                 at: instant
             )
-        case .added, .ready, .rejected:
+        case .added, .ready, .notReady, .rejected:
             break
         }
+    }
+
+    /// The `operation.queue` attribute: the queue's name, only if it has one
+    /// of its own (the default, `OperationQueue 0x…`, holds an address).
+    private func ownName(_ queue: OperationQueue) -> String? {
+        guard queue.isNamed else { return nil }
+        return queue.name
     }
 
     private func className(_ operation: Operation) -> String {

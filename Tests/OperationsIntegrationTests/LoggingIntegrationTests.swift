@@ -4,12 +4,6 @@ import Operations
 import OperationsLogging
 import Testing
 
-#if canImport(Glibc)
-import Glibc
-#elseif canImport(Darwin)
-import Darwin
-#endif
-
 /// A `LogHandler` that keeps every entry.
 struct CapturingLogHandler: LogHandler {
     let entries: Collected<LogEvent>
@@ -63,8 +57,12 @@ extension IntegrationTests {
             let subject = try #require(metadata["operation"]).description
             #expect(subject.contains("BlockOperation \"\(name)\" (0x"))
             #expect(subject == handled.all.first?.subject)
+            #expect(metadata["operation.name"] == .string(name))
+            #expect(metadata["operation.type"] == "BlockOperation")
             #expect(metadata["queue"] == nil)
+            #expect(metadata["queue.name"] == nil, "in no queue")
             #expect(metadata["report.cycle"] == nil)
+            #expect(metadata["report.cycle.members"] == nil)
             #expect("\(entry.message)" == handled.all.first?.message)
         }
 
@@ -81,7 +79,45 @@ extension IntegrationTests {
             #expect(entry.level == .error)
             #expect(entry.metadata?["misuse.code"] == "invalidMaxConcurrentOperationCount")
             #expect(entry.metadata?["queue"] == "OperationQueue \"\(queue.name!)\"")
+            #expect(entry.metadata?["queue.name"] == .string(queue.name!))
             #expect(entry.metadata?["operation"] == nil)
+            #expect(entry.metadata?["operation.name"] == nil && entry.metadata?["operation.type"] == nil)
+        }
+
+        @Test("The subject's key comes from the report's subject kind, whatever the names; unnamed queues get no queue.name")
+        func subjectKindNotGuessed() throws {
+            let token = OperationLogging.install(logger)
+            defer { token.cancel() }
+            // An operation name ending with ")" and a queue name ending
+            // with ")": the old guess (by the subject's last character)
+            // would have called the queue an operation.
+            let queue = OperationQueue()
+            queue.name = uniqueName("(parenthesized)")
+            OperationMisuse.withHandler({ _ in }) { queue.maxConcurrentOperationCount = -3 }
+            let entry = try #require(logged(mentioning: queue.name!).first)
+            #expect(entry.metadata?["queue"] != nil)
+            #expect(entry.metadata?["operation"] == nil)
+
+            // An operation owned by an unnamed queue: no queue.name (its
+            // default name holds an address).
+            let unnamed = OperationQueue()
+            unnamed.isSuspended = true
+            let operation = BlockOperation {}
+            operation.name = uniqueName("owned")
+            unnamed.addOperation(operation)
+            OperationMisuse.withHandler({ _ in }) { operation.threadPriority = 7 }
+            let owned = try #require(logged(mentioning: operation.name!).first)
+            #expect(owned.metadata?["operation"] != nil)
+            #expect(owned.metadata?["queue.name"] == nil)
+
+            // Named, the queue's name comes with the operation's report.
+            unnamed.name = uniqueName("now-named")
+            OperationMisuse.withHandler({ _ in }) { operation.threadPriority = 8 }
+            let again = logged(mentioning: operation.name!)
+            #expect(again.count == 2)
+            #expect(again.last?.metadata?["queue.name"] == .string(unnamed.name!))
+            unnamed.isSuspended = false
+            #expect(unnamed.waitUntilAllOperationsAreFinished(timeout: patience))
         }
 
         @Test("A dependency cycle reported as a misuse is marked as a cycle")
@@ -104,6 +140,16 @@ extension IntegrationTests {
             #expect(entry.metadata?["misuse.code"] == "dependencyCycle")
             #expect(entry.metadata?["report.cycle"] == "true")
             #expect("\(entry.message)".contains(second.name!))
+            // second → first → second, each depending on the next.
+            guard case .array(let members)? = entry.metadata?["report.cycle.members"] else {
+                Issue.record("no report.cycle.members")
+                return
+            }
+            let names = members.map(\.description)
+            #expect(names.count == 3)
+            #expect(names.first?.contains(second.name!) == true)
+            #expect(names.dropFirst().first?.contains(first.name!) == true)
+            #expect(names.last == names.first)
         }
 
         @Test("Custom levels, and nothing is logged after the token is cancelled")
@@ -124,11 +170,12 @@ extension IntegrationTests {
             #expect(logged(mentioning: late.name!).isEmpty)
         }
 
-        @Test(
-            "A wait that lasts too long is logged as a warning naming the dependency cycle",
-            .enabled(if: getenv("OPERATIONS_WAIT_WARNING_SECONDS") != nil, "needs OPERATIONS_WAIT_WARNING_SECONDS, read once per process")
-        )
+        @Test("A wait that lasts too long is logged as a warning naming the dependency cycle")
         func hangReport() throws {
+            // OPERATIONS_WAIT_WARNING_SECONDS, or a threshold of our own.
+            let saved = OperationReporting.waitWarningThreshold
+            if saved == nil { OperationReporting.waitWarningThreshold = .milliseconds(200) }
+            defer { OperationReporting.waitWarningThreshold = saved }
             let queue = OperationQueue()
             queue.name = uniqueName("stuck")
             let first = BlockOperation {}
@@ -152,6 +199,13 @@ extension IntegrationTests {
             #expect(entry.level == .warning)
             #expect(entry.metadata?["report.cycle"] == "true")
             #expect(entry.metadata?["misuse.code"] == nil)
+            #expect(entry.metadata?["queue"] == .string("OperationQueue \"\(queue.name!)\""), "the wait's subject")
+            #expect(entry.metadata?["queue.name"] == .string(queue.name!))
+            if case .array(let members)? = entry.metadata?["report.cycle.members"] {
+                #expect(members.count == 3)
+            } else {
+                Issue.record("no report.cycle.members")
+            }
             #expect("\(entry.message)".contains("cycle: "))
             #expect(!"\(entry.message)".hasSuffix("\n"))
             #expect(first.isCancelled && second.isFinished)

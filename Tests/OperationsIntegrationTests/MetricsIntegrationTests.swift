@@ -15,6 +15,21 @@ enum MetricsBootstrap {
     }()
 }
 
+/// Its readiness is user code: `super.isReady` and a flag, announced with
+/// willChange/didChange of `isReady`.
+final class SwitchedReadinessOperation: Operation, @unchecked Sendable {
+    // @unchecked Sendable: `allowed` is guarded by its lock.
+    private let allowed = TestLock(true)
+
+    override var isReady: Bool { super.isReady && allowed.withLock { $0 } }
+
+    func set(_ value: Bool) {
+        willChangeValue(forKey: "isReady")
+        allowed.withLock { $0 = value }
+        didChangeValue(forKey: "isReady")
+    }
+}
+
 extension IntegrationTests {
     @Suite("OperationsMetrics")
     struct MetricsTests {
@@ -77,6 +92,47 @@ extension IntegrationTests {
             #expect(waits.count == 5 && runs.count == 5, "one wait and one run per operation")
             #expect(waits.allSatisfy { $0 >= 0 } && runs.allSatisfy { $0 >= 0 })
             #expect(token.recorder.entryCount == 0, "bookkeeping released at finish")
+        }
+
+        @Test("The ready gauge takes an operation out when it becomes not ready: a dependency added, an isReady override turning false")
+        func readyGaugeFollowsNotReady() throws {
+            let metrics = TestMetrics()
+            let token = OperationMetrics.install(factory: metrics)
+            defer { token.cancel() }
+            let queue = OperationQueue()
+            let name = uniqueName("gauge-not-ready")
+            queue.name = name
+            queue.isSuspended = true
+            func ready() throws -> Double? { try meter(metrics, labels.ready, name).lastValue }
+            func pending() throws -> Double? { try meter(metrics, labels.pending, name).lastValue }
+
+            let plain = BlockOperation {}
+            let switched = SwitchedReadinessOperation()
+            queue.addOperations([plain, switched], waitUntilFinished: false)
+            #expect(try ready() == 2)
+            #expect(try pending() == 2)
+
+            let dependency = BlockOperation {}
+            plain.addDependency(dependency)      // ready → not ready
+            #expect(try ready() == 1)
+            switched.set(false)                  // its override turns false, announced
+            #expect(try ready() == 0)
+            #expect(try pending() == 2)
+
+            dependency.start()                   // by hand: `plain` is ready again
+            #expect(try ready() == 1)
+            switched.set(true)
+            #expect(try ready() == 2)
+
+            queue.isSuspended = false
+            #expect(queue.waitUntilAllOperationsAreFinished(timeout: patience))
+            #expect(retired([plain, switched]))
+            for label in [labels.pending, labels.ready, labels.executing] {
+                let values = try meter(metrics, label, name).values
+                #expect(values.last == 0, "\(label) returns to 0")
+                #expect(values.allSatisfy { $0 >= 0 }, "\(label) never negative")
+            }
+            #expect(token.recorder.entryCount == 0)
         }
 
         @Test("Cancellations and rejections are counted per queue")
@@ -154,6 +210,12 @@ extension IntegrationTests {
 
             #expect(OperationMetrics.defaultQueueDimension(OperationQueue()) == OperationMetrics.unnamedQueue)
             #expect(OperationMetrics.defaultQueueDimension(named) == name)
+            // A name of the user's own is kept, even one that looks like a default.
+            let lookalike = OperationQueue()
+            lookalike.name = "OperationQueue 0x1234"
+            #expect(OperationMetrics.defaultQueueDimension(lookalike) == "OperationQueue 0x1234")
+            lookalike.name = nil
+            #expect(OperationMetrics.defaultQueueDimension(lookalike) == OperationMetrics.unnamedQueue)
         }
 
         @Test("Custom labels and dimensions; a task-local factory at install")

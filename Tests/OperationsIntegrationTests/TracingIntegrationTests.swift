@@ -97,6 +97,7 @@ extension IntegrationTests {
             let child = try #require(spans(tracer, named: inner).first)
             #expect(child.parentSpanID == span.spanID)
             #expect(span.attributes.get(OperationTracing.classAttribute) == .string("ResultOperation<Optional<String>, Never>"))
+            #expect(span.attributes.get(OperationTracing.queueAttribute) == nil, "an unnamed queue's default name holds an address")
         }
 
         @Test("The span of an asynchronous operation ends when it calls finish(), not when execute() returns")

@@ -46,7 +46,7 @@ extension Operation {
         let running = OperationTaskContext.current.map { [$0.operation] } ?? []
         let record = WaitRegistry.Record(running: running, target: .operation(self))
         if let reason = WaitRegistry.shared.begin(record) {
-            return OperationMisuse.reportReturning(.waitDeadlock, subject: misuseSubject, "is awaited but can never finish: the wait \(reason)")
+            return OperationMisuse.reportReturning(.waitDeadlock, subject: .operation(self), "is awaited but can never finish: the wait \(reason)")
         }
         defer { WaitRegistry.shared.end(record) }
         let watch = HangReport.watch { [self] in self.hangDescription() }

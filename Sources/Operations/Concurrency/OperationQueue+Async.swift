@@ -16,10 +16,10 @@ extension OperationQueue {
         let running = OperationTaskContext.current.map { [$0.operation] } ?? []
         let record = WaitRegistry.Record(running: running, target: .queue(self))
         if let reason = WaitRegistry.shared.begin(record) {
-            return OperationMisuse.reportReturning(.waitDeadlock, subject: misuseSubject, "is awaited (drained()) but can never drain: the wait \(reason)")
+            return OperationMisuse.reportReturning(.waitDeadlock, subject: .queue(self), "is awaited (drained()) but can never drain: the wait \(reason)")
         }
         defer { WaitRegistry.shared.end(record) }
-        let watch = HangReport.watch { [self] in "await drained() on:\n" + self.diagnostics().description }
+        let watch = HangReport.watch { [self] in .queue(self, "await drained() on:") }
         defer { watch?.cancel() }
         let gate = ResumeOnce()
         let key = LockedValue<Int?>(nil)

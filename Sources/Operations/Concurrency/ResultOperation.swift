@@ -159,7 +159,7 @@ open class ResultOperation<Success: Sendable, Failure: Error>: Operation, @unche
         if withStateLock({ _ in inputs.contains(operation) }) {
             OperationMisuse.report(
                 .resultInputRemoved,
-                subject: misuseSubject,
+                subject: .operation(self),
                 "had its input \(operation.misuseSubject) removed from its dependencies; its body receives that input's value. Create the operation without that input instead."
             )
             return

@@ -43,13 +43,29 @@ extension OperationQueue {
         // The cheap path for cancelled operations follows the base state: only
         // then does the base `start()` skip the body.
         let cancelled = operation.loadState().isCancelled
+        var change: (kind: OperationEvent.Kind, time: ContinuousClock.Instant)?
         lock.lock()
         if operation.queueLink.readinessEpoch == epoch {
             state.apply(operation, ready: ready, cancelled: cancelled)
+            change = readinessChangeLocked(operation, ready: ready)
         }
         let effects = takeEffectsLocked()
         lock.unlock()
         effects.perform(on: self)
+        if let change { OperationInstrumentation.emit(change.kind, operation, queue: self, at: change.time) }
+    }
+
+    /// Records the readiness just applied for an operation whose readiness is
+    /// user code, and returns the event for the instruments if it changed
+    /// (and they are installed). Call with `lock` held, so that the times
+    /// order the operation's readiness events as they were applied.
+    private func readinessChangeLocked(_ operation: Operation, ready: Bool) -> (kind: OperationEvent.Kind, time: ContinuousClock.Instant)? {
+        let link = operation.queueLink
+        guard link.has(QueueLink.Flags.linked), !link.has(QueueLink.Flags.dispatched),
+              link.has(QueueLink.Flags.reportedReady) != ready else { return nil }
+        operation.queueLink.flags ^= QueueLink.Flags.reportedReady
+        guard OperationInstrumentation.isActive else { return nil }
+        return (ready ? .ready : .notReady, .now)
     }
 
     /// The readiness of several members may have changed (a batch of

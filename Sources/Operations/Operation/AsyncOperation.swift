@@ -83,7 +83,7 @@ open class AsyncOperation: Operation, @unchecked Sendable {
         if !state.hasBaseStarted {
             OperationMisuse.report(
                 .finishBeforeStart,
-                subject: misuseSubject,
+                subject: .operation(self),
                 "had finish() called before it started. Call finish() from execute() or the callbacks it sets up."
             )
             return

@@ -42,7 +42,7 @@ open class BlockOperation: Operation, @unchecked Sendable {
         if refused {
             OperationMisuse.report(
                 .executionBlockAfterStart,
-                subject: misuseSubject,
+                subject: .operation(self),
                 "was given an execution block \(isFinished ? "after it finished" : "while it is executing"). Add execution blocks before the operation starts (before adding it to a queue)."
             )
         }

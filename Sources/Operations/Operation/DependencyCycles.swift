@@ -73,11 +73,6 @@ enum DependencyGraph {
         }
         return found
     }
-
-    /// "a → b → a", where each arrow reads "depends on".
-    static func describe(_ path: [Operation]) -> String {
-        path.map(\.misuseSubject).joined(separator: " → ")
-    }
 }
 
 extension Operation {

@@ -22,10 +22,12 @@ extension Operation {
 
     final func performAddDependency(_ dependency: Operation) {
         if OperationMisuse.reportsDependencyCycles, let cycle = DependencyGraph.cycle(closedBy: self, dependingOn: dependency) {
+            let members = cycle.map(\.misuseSubject)
             OperationMisuse.report(
                 .dependencyCycle,
-                subject: misuseSubject,
-                "was given a dependency that closes a cycle: \(DependencyGraph.describe(cycle)). None of these operations could start unless one is cancelled; the dependency was not added (OperationMisuse.reportsDependencyCycles is on)."
+                subject: .operation(self),
+                "was given a dependency that closes a cycle: \(members.joined(separator: " → ")). None of these operations could start unless one is cancelled; the dependency was not added (OperationMisuse.reportsDependencyCycles is on).",
+                cycle: members
             )
             return
         }
@@ -40,6 +42,7 @@ extension Operation {
             keys = mayBecomeUnready ? ["dependencies", "isReady"] : ["dependencies"]
             notifyWillChange(keys)
         }
+        var unready = ReadinessLoss()
         if dependency === self {
             // A self-dependency can never finish first: it counts until the
             // operation is cancelled, as in Foundation. It is not in its own
@@ -48,19 +51,58 @@ extension Operation {
             withStateLock { state in
                 guard !storedDependencies.contains(self) else { return }
                 storedDependencies.append(self)
-                if state.addUnfinishedDependency() { state.hasSelfDependency = true }
+                let wasReady = state.isBaseReady
+                if state.addUnfinishedDependency() {
+                    state.hasSelfDependency = true
+                    if wasReady { unready.record(state, of: self) }
+                }
             }
             if !keys.isEmpty { notifyDidChange(keys) }
+            unready.report(for: self)
             return
         }
         Operation.withStateLocks(self, dependency) { state, dependencyState in
             guard !isDuplicateLocked(dependency, state: state, dependencyState: dependencyState) else { return }
             storedDependencies.append(dependency)
+            let wasReady = state.isBaseReady
             if !dependencyState.isFinished, state.addUnfinishedDependency() {
                 dependency.storedDependents.append(self)
+                if wasReady { unready.record(state, of: self) }
             }
         }
         if !keys.isEmpty { notifyDidChange(keys) }
+        unready.report(for: self)
+    }
+
+    /// A queued operation's base readiness went from true to false (it was
+    /// given an unfinished dependency): what its queue and the instruments
+    /// are told once the locks are released.
+    struct ReadinessLoss {
+        private var queue: OperationQueue?
+        private var time: ContinuousClock.Instant?
+
+        /// Records the loss. Call with the operation's lock held, right
+        /// after the change, so that the time orders it among the
+        /// operation's other readiness changes.
+        mutating func record(_ state: OperationState, of operation: Operation) {
+            // Only an operation in a queue: before it is added, its readiness
+            // is read when it is added.
+            queue = operation.queueForNews(state)
+            if queue != nil, OperationInstrumentation.isActive { time = .now }
+        }
+
+        /// Tells the queue or the instruments. Call with no lock held.
+        func report(for operation: Operation) {
+            guard let queue else { return }
+            if operation.overrides(.isReady) {
+                // Readiness is user code: the queue re-reads it (and tells
+                // the instruments if it changed), as Foundation's queue does
+                // on the `isReady` notification that `addDependency` posts.
+                queue.memberReadinessMayHaveChanged(operation)
+            } else if let time {
+                OperationInstrumentation.emit(.notReady, operation, queue: queue, at: time)
+            }
+        }
     }
 
     final func performRemoveDependency(_ dependency: Operation) {
@@ -76,10 +118,12 @@ extension Operation {
         var removed: Operation?
         var becameReady = false
         var queue: OperationQueue?
+        var readyAt: ContinuousClock.Instant?
         func detach(_ state: inout OperationState, counted: Bool) {
             if counted, state.removeUnfinishedDependency() {
                 becameReady = true
                 queue = queueForNews(state)
+                if OperationInstrumentation.isActive { readyAt = .now }
             }
         }
         if dependency === self {
@@ -99,6 +143,8 @@ extension Operation {
         }
         if !keys.isEmpty { notifyDidChange(keys) }
         withExtendedLifetime(removed) {}
+        // An `isReady` override is reported by the queue, when it re-reads it.
+        if let readyAt, !overrides(.isReady) { OperationInstrumentation.emit(.ready, self, queue: queue, at: readyAt) }
         if becameReady { queue?.memberReadinessMayHaveChanged(self) }
     }
 
@@ -142,9 +188,13 @@ extension Operation {
         if announce { notifyWillChange(["isReady"]) }
         var news = ReadinessNews.none
         var becameReady = false
+        var readyAt: ContinuousClock.Instant?
         withStateLock { state in
             guard state.removeUnfinishedDependency() else { return }
             becameReady = true
+            // Taken under the lock: the times order this operation's
+            // readiness changes as they happened.
+            if OperationInstrumentation.isActive { readyAt = .now }
             guard state.isEnqueued, !state.isRetired, let owner = membership else { return }
             // Whether readiness is user code comes from the class, not from
             // `queueLink`: that record belongs to the queue and is written
@@ -161,7 +211,15 @@ extension Operation {
         }
         if announce { notifyDidChange(["isReady"]) }
         if becameReady, TraceRecorder.isActive { TraceRecorder.shared.record(.ready, self, queue: nil) }
-        if becameReady, OperationInstrumentation.isActive { OperationInstrumentation.emit(.ready, self, queue: nil) }
+        // An `isReady` override is reported by the queue, when it re-reads it.
+        if let readyAt, !overrides(.isReady) {
+            let queue: OperationQueue? = switch news {
+            case .none: nil
+            case .readyInCallerQueue: callerQueue
+            case .ready(let owner): owner
+            }
+            OperationInstrumentation.emit(.ready, self, queue: queue, at: readyAt)
+        }
         return news
     }
 

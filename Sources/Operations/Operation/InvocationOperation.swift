@@ -81,7 +81,7 @@ open class InvocationOperation: Operation, @unchecked Sendable {
         if isCancelled {
             OperationMisuse.report(
                 .cancelledInvocationResult,
-                subject: misuseSubject,
+                subject: .operation(self),
                 "had its result read after it was cancelled; a cancelled invocation has no result. Check isCancelled before reading result."
             )
             return nil

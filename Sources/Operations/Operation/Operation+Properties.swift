@@ -21,7 +21,7 @@ extension Operation {
                 let when = state.isFinished || state.isBaseFinished ? "after it finished" : "while it is executing"
                 OperationMisuse.report(
                     .completionBlockAfterStart,
-                    subject: misuseSubject,
+                    subject: .operation(self),
                     "was given a completion block \(when). Set completionBlock before the operation starts (before adding it to a queue)."
                 )
                 return
@@ -43,7 +43,7 @@ extension Operation {
         guard priority >= 0, priority <= 1, !priority.isNaN else {
             OperationMisuse.report(
                 .invalidThreadPriority,
-                subject: misuseSubject,
+                subject: .operation(self),
                 "was given threadPriority \(priority); it must be between 0.0 and 1.0."
             )
             return

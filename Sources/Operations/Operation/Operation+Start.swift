@@ -82,7 +82,7 @@ extension Operation {
         var cancelled = state.isCancelled
         if !queueCall {
             if let refusal = manualStartRefusal(state, cancelled: cancelled) {
-                OperationMisuse.report(refusal.code, subject: misuseSubject, refusal.detail)
+                OperationMisuse.report(refusal.code, subject: .operation(self), refusal.detail)
                 return nil
             }
         }
@@ -122,7 +122,7 @@ extension Operation {
         case .alreadyExecuting, .alreadyFinished:
             if observed { notifyDidChange(predicted) }
             let refusal = startRefusal(loadState()) ?? (.startWhileExecuting, "was started twice; the other call is already running it.")
-            OperationMisuse.report(refusal.code, subject: misuseSubject, refusal.detail)
+            OperationMisuse.report(refusal.code, subject: .operation(self), refusal.detail)
             return nil
         }
     }

@@ -32,7 +32,7 @@ extension Operation {
         // itself, so it neither is reported nor counts as blocking its thread.
         let record = deadline == nil ? WaitRegistry.Record(running: context.runningOperations, target: .operation(self)) : nil
         if let record, let reason = WaitRegistry.shared.begin(record) {
-            OperationMisuse.report(.waitDeadlock, subject: misuseSubject, "is waited for (waitUntilFinished) but can never finish: the wait \(reason)")
+            OperationMisuse.report(.waitDeadlock, subject: .operation(self), "is waited for (waitUntilFinished) but can never finish: the wait \(reason)")
             return false
         }
         defer { if let record { WaitRegistry.shared.end(record) } }
@@ -44,17 +44,34 @@ extension Operation {
         guard outcome != .signalled else { return true }
         removeRetireWaiter(key)
         if case .neverEnds(let reason) = outcome {
-            OperationMisuse.report(.waitDeadlock, subject: misuseSubject, "is waited for (waitUntilFinished) but can never finish: the wait \(reason)")
+            OperationMisuse.report(.waitDeadlock, subject: .operation(self), "is waited for (waitUntilFinished) but can never finish: the wait \(reason)")
         }
         return false
     }
 
-    /// What a stuck wait for this operation reports: the operation and its queue.
-    final func hangDescription() -> String {
+    /// What a stuck wait for this operation reports: the operation and its
+    /// queue, and the dependency cycle it is on (or else the first one found).
+    final func hangDescription() -> HangDescription {
+        let own = misuseSubject
         if let queue = owningQueueForAnalysis() {
-            return "waitUntilFinished on \(misuseSubject), in:\n" + queue.diagnostics().description
+            let diagnostics = queue.diagnostics()
+            return HangDescription(
+                text: "waitUntilFinished on \(own), in:\n" + diagnostics.description,
+                subject: .operation(self, in: queue),
+                cycle: diagnostics.cycles.first { $0.contains(own) } ?? diagnostics.cycles.first
+            )
         }
-        return "waitUntilFinished on " + OperationQueue.Diagnostics.OperationReport(self, queue: nil).description
+        let cycles = DependencyGraph.cycles(reachableFrom: [self])
+        let described = cycles.map { $0.map(\.misuseSubject) }
+        var lines = ["waitUntilFinished on " + OperationQueue.Diagnostics.OperationReport(self, queue: nil, cycles: cycles).description]
+        for cycle in described {
+            lines.append("  cycle: " + cycle.joined(separator: " → ") + " (each depends on the next; cancel one to break it)")
+        }
+        return HangDescription(
+            text: lines.joined(separator: "\n"),
+            subject: .operation(self, in: nil),
+            cycle: described.first { $0.contains(own) } ?? described.first
+        )
     }
 
     /// The owning queue, retained, while the operation belongs to it.

@@ -165,7 +165,7 @@ final class WorkerPool: @unchecked Sendable {
         _ = message.withCString { write(2, $0, strlen($0)) }
         // Observers are user code: told later, outside the pool's lock.
         DispatchQueue.global().async {
-            OperationReporting.deliver(OperationReport(kind: .workerCeiling, message: message, subject: nil))
+            OperationReporting.deliver(OperationReport(kind: .workerCeiling, message: message))
         }
     }
 

@@ -158,7 +158,8 @@ extension OperationQueue {
         if let addedAt {
             for operation in accepted {
                 OperationInstrumentation.emit(.added, operation, queue: self, at: addedAt)
-                if operation.loadState().isBaseReady { OperationInstrumentation.emit(.ready, operation, queue: self, at: addedAt) }
+                // An `isReady` override is reported by memberReadinessMayHaveChanged.
+                if operation.loadState().isBaseReady, !operation.overrides(.isReady) { OperationInstrumentation.emit(.ready, operation, queue: self, at: addedAt) }
             }
         }
         return collecting ? accepted : []
@@ -185,18 +186,18 @@ extension OperationQueue {
         let record = WaitRegistry.Record(running: ThreadContext.current.runningOperations, target: .room(self))
         if let reason = WaitRegistry.shared.begin(record) {
             lock.withLock { roomWaiters.removeAll { $0.key == key } }
-            OperationMisuse.report(.waitDeadlock, subject: misuseSubject, "is full (pending limit) and the add can never proceed: it \(reason) The operations were not added.")
+            OperationMisuse.report(.waitDeadlock, subject: .queue(self), "is full (pending limit) and the add can never proceed: it \(reason) The operations were not added.")
             return false
         }
         defer { WaitRegistry.shared.end(record) }
         let outcome = WorkerPool.shared.blocking {
             WaitRegistry.block(on: signal, deadline: nil, record: record) {
-                "addOperation waits for room under the pending limit of:\n" + self.diagnostics().description
+                .queue(self, "addOperation waits for room under the pending limit of:")
             }
         }
         if case .neverEnds(let reason) = outcome {
             lock.withLock { roomWaiters.removeAll { $0.key == key } }
-            OperationMisuse.report(.waitDeadlock, subject: misuseSubject, "is full (pending limit) and the add can never proceed: it \(reason) The operations were not added.")
+            OperationMisuse.report(.waitDeadlock, subject: .queue(self), "is full (pending limit) and the add can never proceed: it \(reason) The operations were not added.")
             return false
         }
         return true
@@ -252,7 +253,7 @@ extension OperationQueue {
                 detail = "was added to \(misuseSubject) twice; it is already in this queue (or was, and has finished)."
             }
         }
-        OperationMisuse.report(code, subject: operation.misuseSubject, detail)
+        OperationMisuse.report(code, subject: .operation(operation, in: self), detail)
     }
 }
 

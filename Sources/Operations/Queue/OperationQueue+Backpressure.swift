@@ -37,7 +37,7 @@ extension OperationQueue {
         if let limit, limit < 1 {
             OperationMisuse.report(
                 .invalidPendingLimit,
-                subject: misuseSubject,
+                subject: .queue(self),
                 "was given a pending limit of \(limit); use at least 1, or nil for no limit."
             )
             return
@@ -91,7 +91,7 @@ extension OperationQueue {
     private func waitForRoomAsync(count: Int) async {
         let gate = ResumeOnce()
         let key = LockedValue<Int?>(nil)
-        let watch = HangReport.watch { [self] in "await addOperation waits for room under the pending limit of:\n" + self.diagnostics().description }
+        let watch = HangReport.watch { [self] in .queue(self, "await addOperation waits for room under the pending limit of:") }
         defer { watch?.cancel() }
         await withTaskCancellationHandler {
             await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in

@@ -31,7 +31,7 @@ extension OperationQueue {
         // registered.
         let record = deadline == nil ? WaitRegistry.Record(running: running, target: .queue(self)) : nil
         if let record, let reason = WaitRegistry.shared.begin(record) {
-            OperationMisuse.report(.waitDeadlock, subject: misuseSubject, "cannot be waited for here: the wait \(reason) Wait from outside the queue, or use a completion block or a dependency.")
+            OperationMisuse.report(.waitDeadlock, subject: .queue(self), "cannot be waited for here: the wait \(reason) Wait from outside the queue, or use a completion block or a dependency.")
             return false
         }
         defer { if let record { WaitRegistry.shared.end(record) } }
@@ -50,7 +50,7 @@ extension OperationQueue {
         if let key {
             let outcome = WorkerPool.shared.blocking {
                 WaitRegistry.block(on: signal, deadline: deadline, record: record) {
-                    "waitUntilAllOperationsAreFinished on:\n" + self.diagnostics().description
+                    .queue(self, "waitUntilAllOperationsAreFinished on:")
                 }
             }
             idle = outcome == .signalled
@@ -68,7 +68,7 @@ extension OperationQueue {
             effects.perform(on: self)
         }
         if let neverEnds {
-            OperationMisuse.report(.waitDeadlock, subject: misuseSubject, "cannot be waited for here: the wait \(neverEnds) Wait from outside the queue, or use a completion block or a dependency.")
+            OperationMisuse.report(.waitDeadlock, subject: .queue(self), "cannot be waited for here: the wait \(neverEnds) Wait from outside the queue, or use a completion block or a dependency.")
         }
         return idle
     }

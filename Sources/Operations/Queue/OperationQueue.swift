@@ -129,7 +129,7 @@ open class OperationQueue: @unchecked Sendable {
     open var name: String? {
         get {
             let stored = lock.withLock { storedName }
-            return stored ?? "OperationQueue 0x" + String(UInt(bitPattern: ObjectIdentifier(self).hashValue), radix: 16)
+            return stored ?? defaultName
         }
         set {
             notifyWillChange(["name"])
@@ -141,6 +141,17 @@ open class OperationQueue: @unchecked Sendable {
             notifyDidChange(["name"])
         }
     }
+
+    /// Whether the queue has a name of its own: true once ``name`` has been
+    /// set to a string (and for ``main``), false while ``name`` reads the
+    /// default, `OperationQueue 0x…` (Foundation's reads
+    /// `NSOperationQueue 0x…`), which holds the queue's address.
+    ///
+    /// Use it to keep addresses out of logs and metrics: label unnamed
+    /// queues together rather than one per address. A subclass that
+    /// overrides ``name`` is named whenever its getter returns something
+    /// other than nil and the default.
+    public final var isNamed: Bool { ownName != nil }
 
     /// The default quality of service of the queue's operations, and its
     /// place among queues on the shared pool. Defaults to `.default`.
@@ -175,7 +186,7 @@ open class OperationQueue: @unchecked Sendable {
             guard newValue >= -1 else {
                 OperationMisuse.report(
                     .invalidMaxConcurrentOperationCount,
-                    subject: misuseSubject,
+                    subject: .queue(self),
                     "was given maxConcurrentOperationCount \(newValue); use a positive count, 0 to start nothing, or -1 (defaultMaxConcurrentOperationCount) to let the system choose."
                 )
                 return
@@ -223,7 +234,7 @@ open class OperationQueue: @unchecked Sendable {
             if busy {
                 OperationMisuse.report(
                     .underlyingQueueWhileBusy,
-                    subject: misuseSubject,
+                    subject: .queue(self),
                     "had its underlyingQueue changed while it holds operations. Set underlyingQueue before adding operations, or when the queue is empty."
                 )
                 return

@@ -52,6 +52,9 @@ struct QueueLink {
         /// Its class overrides `start()`: even when cancelled it waits for a
         /// slot, and its `start()` is called.
         static let customStart: UInt8 = 1 << 6
+        /// For an operation with `customReadiness`: its override last read
+        /// true (what the instruments were told: `.ready` / `.notReady`).
+        static let reportedReady: UInt8 = 1 << 7
     }
 
     func has(_ flag: UInt8) -> Bool { flags & flag != 0 }

@@ -7,8 +7,20 @@ public struct OperationEvent: Sendable {
     public enum Kind: Sendable, Hashable {
         /// Added to `queue`.
         case added
-        /// Became ready (its last dependency finished, or it was cancelled).
+        /// Became ready: its last unfinished dependency finished or was
+        /// removed, or it was cancelled; or, when it is added to a queue, it
+        /// is ready already. For a class that overrides ``Operation/isReady``,
+        /// when its queue reads the override as true (on add, and after each
+        /// announcement of `isReady`, dependency change or cancellation),
+        /// so only while it is in a queue.
         case ready
+        /// Became not ready again after ``ready``, while in a queue: it was
+        /// given a dependency that has not finished, or (for a class that
+        /// overrides ``Operation/isReady``) its queue read the override as
+        /// false. Pairs with ``ready``, so that a count of ready operations
+        /// stays right; an operation's last readiness event, by ``OperationEvent/time``,
+        /// tells whether it is ready.
+        case notReady
         /// Started, by its queue or by hand.
         case started
         /// Finished and left its queue.

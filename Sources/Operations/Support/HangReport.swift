@@ -1,4 +1,5 @@
 import Dispatch
+import Synchronization
 #if canImport(Glibc)
 import Glibc
 #elseif canImport(Musl)
@@ -9,30 +10,62 @@ import Darwin
 
 /// Reports waits that take suspiciously long.
 ///
-/// Set the environment variable `OPERATIONS_WAIT_WARNING_SECONDS` (for
-/// example to `10`) and any blocking wait (`waitUntilFinished()`,
-/// `waitUntilAllOperationsAreFinished()`, a blocked `addOperation`) or
-/// `async` wait (`await operation.finished()`, `await operation.value`,
-/// `await queue.drained()`, `queue.run`) that has waited that long prints,
-/// once, what it waits for and why that cannot run yet (see
-/// `OperationQueue.diagnostics()`, which also names dependency cycles), then
-/// keeps waiting. Off by default.
+/// Once `OperationReporting.waitWarningThreshold` is set (its default comes
+/// from the environment variable `OPERATIONS_WAIT_WARNING_SECONDS`), any
+/// blocking wait (`waitUntilFinished()`, `waitUntilAllOperationsAreFinished()`,
+/// a blocked `addOperation`) or `async` wait (`await operation.finished()`,
+/// `await operation.value`, `await queue.drained()`, `queue.run`) that has
+/// waited that long reports, once, what it waits for and why that cannot run
+/// yet (see `OperationQueue.diagnostics()`, which also names dependency
+/// cycles), then keeps waiting. Off by default.
 enum HangReport {
-    /// The threshold in nanoseconds, or nil when reporting is off.
-    static let threshold: UInt64? = {
-        guard let raw = getenv("OPERATIONS_WAIT_WARNING_SECONDS"),
-              let seconds = Double(String(cString: raw)), seconds > 0, seconds < 1e9 else { return nil }
-        return UInt64(seconds * 1_000_000_000)
-    }()
+    /// The threshold in nanoseconds; 0 when reporting is off. Initialized
+    /// from the environment the first time it is needed.
+    private static let storedThreshold = Atomic<UInt64>(environmentThreshold ?? 0)
 
-    /// Waits on `signal` until `deadline`, printing `describe()` once if the
+    /// `OPERATIONS_WAIT_WARNING_SECONDS` in nanoseconds, or nil when it is
+    /// unset or not a positive number of seconds.
+    static var environmentThreshold: UInt64? {
+        guard let raw = getenv("OPERATIONS_WAIT_WARNING_SECONDS") else { return nil }
+        return parseThreshold(String(cString: raw))
+    }
+
+    /// A number of seconds as nanoseconds, or nil when it is not a positive
+    /// number below 1e9.
+    static func parseThreshold(_ text: String) -> UInt64? {
+        guard let seconds = Double(text), seconds > 0, seconds < 1e9 else { return nil }
+        return max(1, UInt64(seconds * 1_000_000_000))
+    }
+
+    /// The threshold in nanoseconds, or nil when reporting is off.
+    static var threshold: UInt64? {
+        let value = storedThreshold.load(ordering: .relaxed)
+        return value == 0 ? nil : value
+    }
+
+    /// Sets the threshold: nil, zero or negative turns reporting off; a
+    /// duration beyond `UInt64.max` nanoseconds saturates.
+    static func setThreshold(_ duration: Duration?) {
+        var nanoseconds: UInt64 = 0
+        if let duration {
+            let (seconds, attoseconds) = duration.components
+            if seconds > 0 || (seconds == 0 && attoseconds > 0) {
+                let (whole, overflow) = UInt64(seconds).multipliedReportingOverflow(by: 1_000_000_000)
+                let (total, overflowTotal) = whole.addingReportingOverflow(UInt64(max(0, attoseconds) / 1_000_000_000))
+                nanoseconds = overflow || overflowTotal ? .max : max(1, total)
+            }
+        }
+        storedThreshold.store(nanoseconds, ordering: .relaxed)
+    }
+
+    /// Waits on `signal` until `deadline`, reporting `describe()` once if the
     /// wait outlasts the threshold. Returns whether the signal arrived.
-    static func wait(on signal: WaitSignal, deadline: Deadline?, describe: () -> String) -> Bool {
+    static func wait(on signal: WaitSignal, deadline: Deadline?, describe: () -> HangDescription) -> Bool {
         guard let threshold else { return signal.wait(deadline: deadline) }
         let warnAt = Deadline(nanosecondsFromNow: threshold)
         if let deadline, deadline <= warnAt { return signal.wait(deadline: deadline) }
         if signal.wait(deadline: warnAt) { return true }
-        emit(describe())
+        emit(describe(), threshold: threshold)
         return signal.wait(deadline: deadline)
     }
 
@@ -51,7 +84,8 @@ enum HangReport {
     /// one that can never end (`WaitRegistry.recheck`). The checks start
     /// after 50 ms and back off to one per second; a verdict is confirmed by
     /// a second check 20 ms later before the wait gives up.
-    static func wait(on signal: WaitSignal, checking record: WaitRegistry.Record, describe: () -> String) -> Outcome {
+    static func wait(on signal: WaitSignal, checking record: WaitRegistry.Record, describe: () -> HangDescription) -> Outcome {
+        let threshold = Self.threshold
         var warnAt = threshold.map { Deadline(nanosecondsFromNow: $0) }
         var interval: UInt64 = 50_000_000
         var nextCheck = Deadline(nanosecondsFromNow: interval)
@@ -60,8 +94,8 @@ enum HangReport {
             let until = warnAt.map { min($0, nextCheck) } ?? nextCheck
             if signal.wait(deadline: until) { return .signalled }
             let now = monotonicNanoseconds()
-            if let warning = warnAt, warning.hasPassed(now: now) {
-                emit(describe())
+            if let threshold, let warning = warnAt, warning.hasPassed(now: now) {
+                emit(describe(), threshold: threshold)
                 warnAt = nil
             }
             guard nextCheck.hasPassed(now: now) else { continue }
@@ -77,23 +111,45 @@ enum HangReport {
         }
     }
 
-    /// For an `async` wait: prints `describe()` once if the returned watch is
-    /// not cancelled within the threshold. Nil when reporting is off.
-    static func watch(_ describe: @escaping @Sendable () -> String) -> HangWatch? {
+    /// For an `async` wait: reports `describe()` once if the returned watch
+    /// is not cancelled within the threshold. Nil when reporting is off.
+    static func watch(_ describe: @escaping @Sendable () -> HangDescription) -> HangWatch? {
         guard let threshold else { return nil }
-        let item = DispatchWorkItem { emit(describe()) }
+        let item = DispatchWorkItem { emit(describe(), threshold: threshold) }
         watchQueue.asyncAfter(deadline: .now() + .nanoseconds(Int(clamping: threshold)), execute: item)
         return HangWatch(item: item)
     }
 
     private static let watchQueue = DispatchQueue(label: "operations.hang-report")
 
-    /// Writes a report to standard error and to the installed hook.
-    static func emit(_ description: String) {
-        let seconds = Double(threshold ?? 0) / 1e9
-        let report = "Operations: a wait has lasted \(seconds) s.\n" + description + "\n"
+    /// Writes a report to standard error and to the report observers.
+    static func emit(_ description: HangDescription, threshold: UInt64) {
+        let seconds = Double(threshold) / 1e9
+        let report = "Operations: a wait has lasted \(seconds) s.\n" + description.text + "\n"
         _ = report.withCString { write(2, $0, strlen($0)) }
-        OperationReporting.deliver(OperationReport(kind: .waitTooLong, message: report, subject: nil))
+        OperationReporting.deliver(
+            OperationReport(kind: .waitTooLong, message: report, subject: description.subject, cycle: description.cycle)
+        )
+    }
+}
+
+/// What a wait that lasts too long reports: the text (what it waits for,
+/// and why that cannot run yet), what it waits for, and the dependency cycle
+/// the text names, if any.
+struct HangDescription {
+    var text: String
+    var subject: ReportSubject
+    var cycle: [String]?
+
+    /// A wait for `queue`: `what` (such as `"await drained() on:"`),
+    /// followed by the queue's diagnostics.
+    static func queue(_ queue: OperationQueue, _ what: String) -> HangDescription {
+        let diagnostics = queue.diagnostics()
+        return HangDescription(
+            text: what + "\n" + diagnostics.description,
+            subject: .queue(queue),
+            cycle: diagnostics.cycles.first
+        )
     }
 }
 

@@ -154,19 +154,20 @@ public struct OperationMisuse: Error, Sendable, CustomStringConvertible {
     }
 
     /// Reports a misuse. Returns only if a handler refused the call.
-    static func report(_ code: Code, subject: String, _ detail: String) {
-        _ = reportReturning(code, subject: subject, detail)
+    static func report(_ code: Code, subject: ReportSubject, _ detail: String, cycle: [String]? = nil) {
+        _ = reportReturning(code, subject: subject, detail, cycle: cycle)
     }
 
     /// Reports a misuse and returns it (for calls that throw it when a
     /// handler refused it). Returns only if a handler refused the call.
-    static func reportReturning(_ code: Code, subject: String, _ detail: String) -> OperationMisuse {
+    static func reportReturning(_ code: Code, subject: ReportSubject, _ detail: String, cycle: [String]? = nil) -> OperationMisuse {
+        let text = subject.text ?? ""
         let misuse = OperationMisuse(
             code: code,
-            subject: subject,
-            message: "Operations misuse [\(code.rawValue)]: \(subject) \(detail)"
+            subject: text,
+            message: "Operations misuse [\(code.rawValue)]: \(text) \(detail)"
         )
-        OperationReporting.deliver(OperationReport(kind: .misuse(code), message: misuse.message, subject: subject))
+        OperationReporting.deliver(OperationReport(kind: .misuse(code), message: misuse.message, subject: subject, cycle: cycle))
         if let handler = scopedHandler ?? globalHandler.withLock({ $0 }) {
             handler(misuse)
             return misuse

@@ -99,7 +99,7 @@ final class WaitRegistry: @unchecked Sendable {
         on signal: WaitSignal,
         deadline: Deadline?,
         record: Record?,
-        describe: () -> String
+        describe: () -> HangDescription
     ) -> HangReport.Outcome {
         if let record, deadline == nil, !record.running.isEmpty {
             return HangReport.wait(on: signal, checking: record, describe: describe)
