@@ -61,10 +61,7 @@ extension OperationQueue {
     final func takeEffectsLocked() -> QueueEffects {
         var effects = QueueEffects()
         if state.takeDrainerRequest() { effects.drainLoop = drainExecutorLocked() }
-        if TraceRecorder.isActive {
-            TraceRecorder.shared.record(.counts, nil, queue: self, values: (
-                Int32(clamping: state.readyCount), Int32(clamping: state.executing), Int32(clamping: state.count)))
-        }
+        if TraceRecorder.isActive { sampleCountsLocked() }
         if state.isIdle {
             if !drainWaiters.isEmpty { effects.addingWakeups().resumptions = drainWaiters.takeAll() }
             if let retained = retainedSelf {
@@ -86,6 +83,19 @@ extension OperationQueue {
             }
         }
         return effects
+    }
+
+    /// Records the queue's ready, executing and pending counts for the
+    /// trace: at most every 20 µs per queue, and whenever the queue holds
+    /// nothing, so that a busy queue does not double the recorder's cost
+    /// and every counter track ends at zero. Call with `lock` held.
+    @inline(never)
+    private func sampleCountsLocked() {
+        let now = monotonicNanoseconds()
+        guard state.count == 0 || now &- lastCountsSample >= 20_000 else { return }
+        lastCountsSample = now
+        TraceRecorder.shared.record(.counts, nil, queue: self, values: (
+            Int32(clamping: state.readyCount), Int32(clamping: state.executing), Int32(clamping: state.count)))
     }
 
     /// The executor for drain loops. Call with `lock` held.

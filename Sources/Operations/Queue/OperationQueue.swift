@@ -41,7 +41,7 @@ open class OperationQueue: @unchecked Sendable {
     // @unchecked Sendable: `state`, `retainedSelf`, `storedName`,
     // `storedQualityOfService`, `storedUnderlyingQueue`, `observers`,
     // `pendingLimitPolicy`, `drainWaiters`, `changeWaiters`, `roomWaiters`,
-    // `eventSinks` and `nextEventSinkID` are read and written only while
+    // `eventSinks`, `nextEventSinkID` and `lastCountsSample` are read and written only while
     // `lock` is held. `observed` and `hasEventSinks` are atomic. `kind` is
     // immutable.
 
@@ -68,6 +68,9 @@ open class OperationQueue: @unchecked Sendable {
     /// unretained. Taken when it stops being idle; given back (after
     /// unlocking) when it becomes idle again.
     @exclusivity(unchecked) final var retainedSelf: Unmanaged<OperationQueue>?
+    /// When the trace recorder last sampled this queue's counts
+    /// (monotonic nanoseconds); see `takeEffectsLocked`.
+    @exclusivity(unchecked) final var lastCountsSample: UInt64 = 0
     /// What synchronous adds do when the pending limit is reached.
     @exclusivity(unchecked) final var pendingLimitPolicy: PendingLimitPolicy = .block
     /// Called once the queue is idle (blocking and `async` queue waits).

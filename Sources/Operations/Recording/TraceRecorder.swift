@@ -47,7 +47,10 @@ final class TraceRecorder: @unchecked Sendable {
     /// What is known about an operation when it is added or started by hand.
     struct OperationInfo {
         var name: String?
-        var typeName: String
+        /// The class; its name is written out when the recording stops
+        /// (`typeName`), once per class, off the recording threads.
+        var type: Operation.Type
+        var typeName = ""
         var priority: Operation.QueuePriority
         var qualityOfService: QualityOfService
         var dependencies: [UInt]
@@ -57,14 +60,19 @@ final class TraceRecorder: @unchecked Sendable {
     /// every event and by `stop()` once.
     final class ThreadBuffer: @unchecked Sendable {
         // @unchecked Sendable: `events`, `infos`, `queueNames` and
-        // `threadName` are guarded by `lock`; `session` is touched only by
+        // `threadName` are guarded by `lock`; `session` and `lastQueue` are touched only by
         // the buffer's own thread; `thread` is immutable.
         let lock = PlatformLock()
         /// Read and written only by the buffer's own thread.
         var session = -1
         var events: [RawEvent] = []
-        var infos: [UInt: OperationInfo] = [:]
+        /// In the order described; `stop()` keeps the first per operation.
+        var infos: [(UInt, OperationInfo)] = []
         var queueNames: [UInt: String] = [:]
+        /// The queue last described on this thread: its name is read again
+        /// only when another queue is described. Read and written only by
+        /// the buffer's own thread (`describe`, `register`).
+        var lastQueue: UInt = 0
         var threadName: String?
         let thread: Int32
 
@@ -108,14 +116,24 @@ final class TraceRecorder: @unchecked Sendable {
         var infos: [UInt: OperationInfo] = [:]
         var queueNames: [UInt: String] = [:]
         var threadNames: [Int32: String] = [:]
+        var typeNames: [ObjectIdentifier: String] = [:]
         for buffer in collected {
             buffer.lock.withLock {
                 events += buffer.events
-                infos.merge(buffer.infos) { first, _ in first }
+                for (id, var info) in buffer.infos where infos[id] == nil {
+                    let key = ObjectIdentifier(info.type)
+                    if let known = typeNames[key] {
+                        info.typeName = known
+                    } else {
+                        info.typeName = String(describing: info.type)
+                        typeNames[key] = info.typeName
+                    }
+                    infos[id] = info
+                }
                 queueNames.merge(buffer.queueNames) { first, _ in first }
                 if let name = buffer.threadName { threadNames[buffer.thread] = name }
                 buffer.events = []
-                buffer.infos = [:]
+                buffer.infos = []
                 buffer.queueNames = [:]
             }
         }
@@ -151,8 +169,9 @@ final class TraceRecorder: @unchecked Sendable {
             buffer.session = session.load(ordering: .relaxed)
             buffer.lock.withLock {
                 buffer.events = []
-                buffer.infos = [:]
+                buffer.infos = []
                 buffer.queueNames = [:]
+                buffer.lastQueue = 0
                 buffer.threadName = name
             }
             buffers.append(buffer)
@@ -166,8 +185,8 @@ final class TraceRecorder: @unchecked Sendable {
         let event = RawEvent(
             time: monotonicNanoseconds(),
             kind: kind,
-            operation: operation.map { UInt(bitPattern: ObjectIdentifier($0).hashValue) } ?? 0,
-            queue: queue.map { UInt(bitPattern: ObjectIdentifier($0).hashValue) } ?? 0,
+            operation: operation.map { UInt(bitPattern: ObjectIdentifier($0)) } ?? 0,
+            queue: queue.map { UInt(bitPattern: ObjectIdentifier($0)) } ?? 0,
             thread: buffer.thread,
             values: values
         )
@@ -178,19 +197,25 @@ final class TraceRecorder: @unchecked Sendable {
     /// dependencies) and its queue's name. The caller holds no library lock:
     /// the names are read through their (possibly overridden) getters.
     func describe(_ operation: Operation, queue: OperationQueue?) {
+        let dependencies = operation.withStateLock { _ in operation.storedDependencies }
         let info = OperationInfo(
             name: operation.name,
-            typeName: String(describing: type(of: operation)),
+            type: type(of: operation),
             priority: operation.queuePriority,
             qualityOfService: operation.qualityOfService,
-            dependencies: operation.dependencies.map { UInt(bitPattern: ObjectIdentifier($0).hashValue) }
+            dependencies: dependencies.isEmpty ? [] : dependencies.array.map { UInt(bitPattern: ObjectIdentifier($0)) }
         )
-        let id = UInt(bitPattern: ObjectIdentifier(operation).hashValue)
-        let queueName = queue.map { ($0.name ?? "queue", UInt(bitPattern: ObjectIdentifier($0).hashValue)) }
+        let id = UInt(bitPattern: ObjectIdentifier(operation))
+        let queueID = queue.map { UInt(bitPattern: ObjectIdentifier($0)) } ?? 0
         let buffer = buffer()
+        // A thread usually describes many operations of one queue in a row.
+        let queueName = queueID != 0 && queueID != buffer.lastQueue ? queue?.name ?? "queue" : nil
         buffer.lock.withLock {
-            buffer.infos[id] = info
-            if let (name, queueID) = queueName { buffer.queueNames[queueID] = name }
+            buffer.infos.append((id, info))
+            if let queueName {
+                buffer.lastQueue = queueID
+                if buffer.queueNames[queueID] == nil { buffer.queueNames[queueID] = queueName }
+            }
         }
     }
 }

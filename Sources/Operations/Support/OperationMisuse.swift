@@ -180,7 +180,7 @@ extension Operation {
     /// `Type "name" (0x…)`, used in misuse messages and descriptions.
     var misuseSubject: String {
         let type = String(describing: Swift.type(of: self))
-        let address = "0x" + String(UInt(bitPattern: ObjectIdentifier(self).hashValue), radix: 16)
+        let address = "0x" + String(UInt(bitPattern: ObjectIdentifier(self)), radix: 16)
         if let name { return "\(type) \"\(name)\" (\(address))" }
         return "\(type) (\(address))"
     }
