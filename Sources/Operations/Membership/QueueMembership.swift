@@ -102,7 +102,7 @@ extension OperationQueue {
         lock.unlock()
         // The caller still holds the operation: this drops only the list's
         // reference.
-        _ = consume released
+        released?.release()
         if isObserved { notifyDidChange(Self.contentKeys) }
         effects.perform(on: self)
     }

@@ -29,8 +29,8 @@ extension OperationQueue {
         var readied: [Operation] = []
         var cancelledBatch: [Operation] = []
         // The list's references to operations retired under the lock, to
-        // release after unlocking.
-        var released: [Operation] = []
+        // release after unlocking (each still counted: see `unlink`).
+        var released: [Unmanaged<Operation>] = []
         var owedRetirements = 0
         var startedInSlice = 0
         var sliceStart: UInt64 = 0
@@ -97,7 +97,10 @@ extension OperationQueue {
             // then each finished operation's isExecuting/isFinished observers
             // (before another loop may start the next operation: Foundation's
             // order), then the completion blocks and waiters.
-            released.empty()
+            if !released.isEmpty {
+                for reference in released { reference.release() }
+                released.empty()
+            }
             if !finishes.isEmpty, isObserved { notifyDidChange(Self.contentKeys) }
             for index in finishes.indices { finishes[index]?.announce() }
             // Another loop, if one was requested, starts before the completion

@@ -114,7 +114,7 @@ extension OperationQueue {
                 state.apply(ready, ready: current.isBaseReady, cancelled: current.isCancelled)
             }
             readied.removeAll()
-            var released: Operation?
+            var released: Unmanaged<Operation>?
             if let plan {
                 released = state.unlink(operation, retirementPending: plan.countsRetirement)
                 emitLocked(.finished(operation))
@@ -122,8 +122,7 @@ extension OperationQueue {
             let effects = takeEffectsLocked()
             lock.unlock()
             // The list's reference goes before the retirement completes.
-            withExtendedLifetime(released) {}
-            released = nil
+            released?.release()
             if let finished = plan.take() {
                 finished.complete(settle: finished.countsRetirement)
             }

@@ -152,11 +152,11 @@ struct QueueState {
     }
 
     /// Removes a finished operation: frees its slot, advances barriers, and
-    /// returns the list's retain of it, which the caller releases after
-    /// unlocking (releasing may run a subclass's `deinit`). `retirementPending`
+    /// returns the list's retain of it (still counted), which the caller
+    /// releases after unlocking (releasing may run a subclass's `deinit`). `retirementPending`
     /// counts its observers and completion block as in flight, until
     /// `retirementDone()`.
-    mutating func unlink(_ operation: Operation, retirementPending: Bool) -> Operation? {
+    mutating func unlink(_ operation: Operation, retirementPending: Bool) -> Unmanaged<Operation>? {
         let link = operation.queueLink
         guard link.has(QueueLink.Flags.linked) else { return nil }
         removeFromLane(operation)
@@ -184,7 +184,7 @@ struct QueueState {
         progressCompleted += 1
         if retirementPending { retiring += 1 }
         advanceSegments()
-        return Unmanaged.passUnretained(operation).takeRetainedValue()
+        return Unmanaged.passUnretained(operation)
     }
 
     /// A retirement counted by `unlink` has finished.
