@@ -68,6 +68,32 @@ struct TraceExportTests {
         #expect(!trace.samples.isEmpty, "no queue counters were recorded")
     }
 
+    @Test("operations that reuse a freed operation's memory keep their own names and classes")
+    func reusedAddresses() throws {
+        let queue = makeQueue("reuse-queue", width: 1)
+        #expect(OperationTracing.start(), "another recording is in progress")
+        // Each operation is released before the next is made, so the
+        // allocator hands the same address out again and again.
+        var addresses: Set<UInt> = []
+        for index in 0..<200 {
+            let operation: Operation = index.isMultiple(of: 2) ? BlockOperation {} : ResultOperation<Int, Never> { index }
+            operation.name = "reuse-\(index)"
+            addresses.insert(UInt(bitPattern: ObjectIdentifier(operation)))
+            queue.addOperation(operation)
+            operation.waitUntilFinished()
+        }
+        let trace = OperationTracing.stop()
+        let byName = records(trace, prefix: "reuse")
+        #expect(byName.count == 200)
+        for index in 0..<200 {
+            let record = try #require(byName["reuse-\(index)"], "reuse-\(index) missing")
+            #expect(record.typeName.hasPrefix(index.isMultiple(of: 2) ? "BlockOperation" : "ResultOperation"), "reuse-\(index) is a \(record.typeName)")
+            #expect(record.finished != nil)
+        }
+        // The addresses were in fact reused, or the test proves nothing.
+        #expect(addresses.count < 100, "only \(200 - addresses.count) addresses were reused")
+    }
+
     @Test("Chrome trace-event JSON: one slice per operation, flows along every edge, worker tracks, counters")
     func chromeJSON() throws {
         let trace = recordDiamond(prefix: "json")

@@ -122,7 +122,7 @@ public struct OperationTrace: Sendable {
     /// Builds the trace from raw per-thread events.
     init(
         raw: [TraceRecorder.RawEvent],
-        infos: [UInt: TraceRecorder.OperationInfo],
+        infos: [UInt: [TraceRecorder.OperationInfo]],
         queueNames: [UInt: String],
         threadNames: [Int32: String],
         startTime: UInt64,
@@ -144,6 +144,8 @@ public struct OperationTrace: Sendable {
         let startTime: UInt64
         var drafts: [Draft] = []
         var current: [UInt: Int] = [:]
+        /// Per address, how many descriptions new drafts have taken.
+        var infoCursor: [UInt: Int] = [:]
         var queueIndex: [UInt: Int] = [:]
         var queues: [QueueRecord] = []
         var workerIndex: [Int32: Int] = [:]
@@ -162,7 +164,7 @@ public struct OperationTrace: Sendable {
 
         mutating func apply(
             _ event: TraceRecorder.RawEvent,
-            infos: [UInt: TraceRecorder.OperationInfo],
+            infos: [UInt: [TraceRecorder.OperationInfo]],
             queueNames: [UInt: String],
             threadNames: [Int32: String]
         ) {
@@ -176,7 +178,12 @@ public struct OperationTrace: Sendable {
             }
             var index = current[event.operation]
             if index == nil || (event.kind == .added && drafts[index!].finished != nil) {
-                drafts.append(Draft(address: event.operation, info: infos[event.operation]))
+                // Operations that reused an address were described in the
+                // order they were added: each new one takes the next description.
+                let described = infos[event.operation] ?? []
+                let taken = infoCursor[event.operation, default: 0]
+                infoCursor[event.operation] = taken + 1
+                drafts.append(Draft(address: event.operation, info: taken < described.count ? described[taken] : described.last))
                 index = drafts.count - 1
                 current[event.operation] = index
             }

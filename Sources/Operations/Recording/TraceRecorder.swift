@@ -51,6 +51,9 @@ final class TraceRecorder: @unchecked Sendable {
         /// (`typeName`), once per class, off the recording threads.
         var type: Operation.Type
         var typeName = ""
+        /// When it was described (monotonic nanoseconds): orders the
+        /// descriptions of operations that reused one address.
+        var time: UInt64 = 0
         var priority: Operation.QueuePriority
         var qualityOfService: QualityOfService
         var dependencies: [UInt]
@@ -113,14 +116,14 @@ final class TraceRecorder: @unchecked Sendable {
             return (buffers, startTime)
         }
         var events: [RawEvent] = []
-        var infos: [UInt: OperationInfo] = [:]
+        var described: [(UInt, OperationInfo)] = []
         var queueNames: [UInt: String] = [:]
         var threadNames: [Int32: String] = [:]
         var typeNames: [ObjectIdentifier: String] = [:]
         for buffer in collected {
             buffer.lock.withLock {
                 events += buffer.events
-                for (id, var info) in buffer.infos where infos[id] == nil {
+                for (id, var info) in buffer.infos {
                     let key = ObjectIdentifier(info.type)
                     if let known = typeNames[key] {
                         info.typeName = known
@@ -128,7 +131,7 @@ final class TraceRecorder: @unchecked Sendable {
                         info.typeName = String(describing: info.type)
                         typeNames[key] = info.typeName
                     }
-                    infos[id] = info
+                    described.append((id, info))
                 }
                 queueNames.merge(buffer.queueNames) { first, _ in first }
                 if let name = buffer.threadName { threadNames[buffer.thread] = name }
@@ -139,7 +142,7 @@ final class TraceRecorder: @unchecked Sendable {
         }
         return OperationTrace(
             raw: events,
-            infos: infos,
+            infos: Dictionary(grouping: described.sorted { $0.1.time < $1.1.time }, by: \.0).mapValues { $0.map(\.1) },
             queueNames: queueNames,
             threadNames: threadNames,
             startTime: begin,
@@ -201,6 +204,7 @@ final class TraceRecorder: @unchecked Sendable {
         let info = OperationInfo(
             name: operation.name,
             type: type(of: operation),
+            time: monotonicNanoseconds(),
             priority: operation.queuePriority,
             qualityOfService: operation.qualityOfService,
             dependencies: dependencies.isEmpty ? [] : dependencies.array.map { UInt(bitPattern: ObjectIdentifier($0)) }
