@@ -259,3 +259,300 @@ enum BenchMemory {
         ["rssBytesPerOp": Double(residentBytes() - before) / Double(max(count, 1))]
     }
 }
+
+// MARK: Threads (W9 producers, W10 thread counts)
+
+/// A joinable thread running `body`, for producers and samplers that must
+/// not take a thread from the pool being measured.
+struct BenchThread {
+    private final class Box: Sendable {
+        let body: @Sendable () -> Void
+        init(_ body: @escaping @Sendable () -> Void) { self.body = body }
+    }
+
+    #if canImport(Darwin)
+    private let thread: pthread_t?
+    #else
+    private let thread: pthread_t
+    #endif
+
+    init(_ body: @escaping @Sendable () -> Void) {
+        let box = Unmanaged.passRetained(Box(body)).toOpaque()
+        #if canImport(Darwin)
+        var thread: pthread_t?
+        #else
+        var thread = pthread_t()
+        #endif
+        let status = pthread_create(&thread, nil, { argument in
+            guard let argument else { return nil }
+            Unmanaged<Box>.fromOpaque(argument).takeRetainedValue().body()
+            return nil
+        }, box)
+        precondition(status == 0, "ops bench: could not start a thread (\(status))")
+        self.thread = thread
+    }
+
+    /// Waits until the thread has returned.
+    func join() {
+        #if canImport(Darwin)
+        if let thread { pthread_join(thread, nil) }
+        #else
+        pthread_join(thread, nil)
+        #endif
+    }
+}
+
+/// Blocks the calling thread for `microseconds` (W10's operation body).
+func benchSleep(microseconds: Int) {
+    usleep(UInt32(microseconds))
+}
+
+/// The process's thread count and its peak during a run (W10).
+enum BenchThreads {
+    /// The `Threads:` field of `/proc/self/status`, or 0 where there is none.
+    static func count() -> Int {
+        #if os(Linux)
+        let descriptor = open("/proc/self/status", O_RDONLY)
+        guard descriptor >= 0 else { return 0 }
+        defer { close(descriptor) }
+        var buffer = [UInt8](repeating: 0, count: 4_096)
+        let length = buffer.withUnsafeMutableBytes { read(descriptor, $0.baseAddress, 4_095) }
+        guard length > 0 else { return 0 }
+        // Lines are "Name:\tvalue"; find the line starting "Threads:".
+        let key = Array("Threads:".utf8)
+        var lineStart = 0
+        while lineStart + key.count <= length {
+            if buffer[lineStart..<(lineStart + key.count)].elementsEqual(key) {
+                var value = 0
+                var position = lineStart + key.count
+                while position < length, buffer[position] != UInt8(ascii: "\n") {
+                    let byte = buffer[position]
+                    if byte >= UInt8(ascii: "0"), byte <= UInt8(ascii: "9") {
+                        value = value * 10 + Int(byte - UInt8(ascii: "0"))
+                    }
+                    position += 1
+                }
+                return value
+            }
+            while lineStart < length, buffer[lineStart] != UInt8(ascii: "\n") { lineStart += 1 }
+            lineStart += 1
+        }
+        return 0
+        #else
+        return 0
+        #endif
+    }
+}
+
+/// Samples the process's thread count about every millisecond on a thread
+/// of its own, from `init` until `stop()`. The sampler's own thread is not
+/// counted in the figures it reports.
+final class BenchThreadSampler: @unchecked Sendable {
+    // @unchecked Sendable: `peak` and `running` are atomics; `thread` is
+    // set in `init` and read only by the thread that called `init`.
+    /// Threads when the sampler was created (before its own thread existed).
+    let before: Int
+    private let peak: Atomic<Int>
+    private let running = Atomic<Bool>(true)
+    private var thread: BenchThread?
+
+    init() {
+        before = BenchThreads.count()
+        peak = Atomic(before)
+        thread = BenchThread { [self] in
+            while running.load(ordering: .relaxed) {
+                // Minus this sampling thread.
+                let now = BenchThreads.count() - 1
+                if now > peak.load(ordering: .relaxed) { peak.store(now, ordering: .relaxed) }
+                usleep(1_000)
+            }
+        }
+    }
+
+    /// Stops sampling and returns the peak thread count seen (at least the
+    /// count before).
+    func stop() -> Int {
+        running.store(false, ordering: .relaxed)
+        thread?.join()
+        thread = nil
+        return peak.load(ordering: .relaxed)
+    }
+
+    /// Stops sampling, waits `idleSeconds` with nothing to run, and returns
+    /// the metrics of W10: `threadsBefore`, `threadsPeak`, `threadsAfterIdle`
+    /// and `idleSeconds`.
+    func finish(idleSeconds: Double) -> [String: Double] {
+        let peak = stop()
+        usleep(UInt32(idleSeconds * 1_000_000))
+        let after = BenchThreads.count()
+        return [
+            "threadsBefore": Double(before),
+            "threadsPeak": Double(peak),
+            "threadsAfterIdle": Double(after),
+            "idleSeconds": idleSeconds,
+        ]
+    }
+}
+
+/// Counts operation bodies running at once, and the most at any moment (W10).
+final class BenchConcurrency: Sendable {
+    private let running = Atomic<Int>(0)
+    private let most = Atomic<Int>(0)
+
+    @inline(__always)
+    func enter() {
+        let now = running.wrappingAdd(1, ordering: .relaxed).newValue
+        var seen = most.load(ordering: .relaxed)
+        while now > seen {
+            let exchange = most.compareExchange(expected: seen, desired: now, ordering: .relaxed)
+            if exchange.exchanged { break }
+            seen = exchange.original
+        }
+    }
+
+    @inline(__always)
+    func leave() {
+        running.wrappingSubtract(1, ordering: .relaxed)
+    }
+
+    /// The most bodies that ran at once.
+    var peak: Int { most.load(ordering: .relaxed) }
+}
+
+// MARK: Many serial queues (W9)
+
+/// The bookkeeping of W9: `queues` serial queues, each fed `perQueue`
+/// operations, `perQueue / producers` by each of `producers` threads.
+/// Operation (queue `q`, producer `p`, round `r`) has index
+/// `q * perQueue + p * perProducer + r`; producer `p` adds its rounds in
+/// order, each round to every queue in turn.
+///
+/// Each body calls `run(queue:index:recorder:)`, which detects two bodies of
+/// one queue running at once, records the operation's sequence number, and
+/// stamps the time the queue's last operation ran. After the run,
+/// `check(_:)` validates each queue's per-producer FIFO order and
+/// `metrics(start:)` gives the spread of the queues' finish times.
+final class BenchSerialQueues: @unchecked Sendable {
+    // @unchecked Sendable: `active` and `ran` hold one atomic per queue;
+    // `finished[q]` is written only by the body that makes `ran[q]` reach
+    // `perQueue` (one per queue), and read after the engine's wait returned.
+    let queues: Int
+    let perQueue: Int
+    let producers: Int
+    let perProducer: Int
+    private let active: UnsafeMutablePointer<Atomic<Int>>
+    private let ran: UnsafeMutablePointer<Atomic<Int>>
+    private let finished: UnsafeMutablePointer<UInt64>
+    private let overlaps = Atomic<Int>(0)
+
+    init(queues: Int, perQueue: Int, producers: Int) {
+        precondition(queues > 0 && producers > 0 && perQueue % producers == 0,
+                     "ops bench: operations per queue must be a multiple of the producers")
+        self.queues = queues
+        self.perQueue = perQueue
+        self.producers = producers
+        perProducer = perQueue / producers
+        active = .allocate(capacity: queues)
+        ran = .allocate(capacity: queues)
+        finished = .allocate(capacity: queues)
+        for queue in 0..<queues {
+            (active + queue).initialize(to: Atomic(0))
+            (ran + queue).initialize(to: Atomic(0))
+        }
+        finished.initialize(repeating: 0, count: queues)
+    }
+
+    deinit {
+        active.deinitialize(count: queues)
+        ran.deinitialize(count: queues)
+        active.deallocate()
+        ran.deallocate()
+        finished.deallocate()
+    }
+
+    var count: Int { queues * perQueue }
+
+    @inline(__always)
+    func index(queue: Int, producer: Int, round: Int) -> Int {
+        queue * perQueue + producer * perProducer + round
+    }
+
+    /// The body of every W9 operation.
+    @inline(__always)
+    func run(queue: Int, index: Int, recorder: BenchRecorder) {
+        // Read-modify-writes of one atomic are totally ordered, so a body
+        // that starts after the previous one of its queue left sees 1 here.
+        if active[queue].wrappingAdd(1, ordering: .relaxed).newValue != 1 {
+            overlaps.wrappingAdd(1, ordering: .relaxed)
+        }
+        recorder.record(index)
+        if ran[queue].wrappingAdd(1, ordering: .relaxed).newValue == perQueue {
+            finished[queue] = benchNow()
+        }
+        active[queue].wrappingSubtract(1, ordering: .relaxed)
+    }
+
+    /// Failures unless every operation ran once, no queue ran two bodies at
+    /// once, and each producer's operations on each queue ran in the order
+    /// the producer added them.
+    func check(_ recorder: BenchRecorder) -> [String] {
+        var failures = recorder.checkEachRanOnce()
+        let overlapping = overlaps.load(ordering: .acquiring)
+        if overlapping > 0 {
+            failures.append("\(overlapping) operations started while another of their serial queue was running")
+        }
+        guard failures.isEmpty else { return failures }
+        var violations = 0
+        var example = ""
+        for queue in 0..<queues {
+            for producer in 0..<producers {
+                for round in 1..<max(perProducer, 1) {
+                    let earlier = recorder.sequence(index(queue: queue, producer: producer, round: round - 1))
+                    if recorder.sequence(index(queue: queue, producer: producer, round: round)) < earlier {
+                        if violations == 0 {
+                            example = " (first: queue \(queue), producer \(producer), round \(round) ran before round \(round - 1))"
+                        }
+                        violations += 1
+                    }
+                }
+            }
+        }
+        if violations > 0 { failures.append("\(violations) per-producer FIFO violations\(example)") }
+        return failures
+    }
+
+    /// The spread of the queues' finish times (when each ran its last
+    /// operation), in nanoseconds since `start`: `finishMinNs`,
+    /// `finishMedianNs`, `finishMaxNs`, and `finishMaxOverMedian`.
+    func metrics(start: UInt64) -> [String: Double] {
+        var times = (0..<queues).map { Double(finished[$0] &- start) }
+        times.sort()
+        let median = times.count % 2 == 1
+            ? times[times.count / 2] : (times[times.count / 2 - 1] + times[times.count / 2]) / 2
+        return [
+            "finishMinNs": times.first ?? 0,
+            "finishMedianNs": median,
+            "finishMaxNs": times.last ?? 0,
+            "finishMaxOverMedian": median > 0 ? (times.last ?? 0) / median : 0,
+        ]
+    }
+}
+
+/// Releases `count` waiting threads at once (W9's producers start together
+/// when the timed region starts).
+final class BenchGate: Sendable {
+    private let semaphore = DispatchSemaphore(value: 0)
+    private let count: Int
+
+    init(count: Int) {
+        self.count = count
+    }
+
+    func wait() {
+        semaphore.wait()
+    }
+
+    func open() {
+        for _ in 0..<count { semaphore.signal() }
+    }
+}

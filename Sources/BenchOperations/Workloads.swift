@@ -245,6 +245,76 @@ extension WorkloadEngine {
         return (elapsed, failures, metrics)
     }
 
+    /// W9: `count` operations spread over `queues` serial queues
+    /// (`maxConcurrentOperationCount = 1`), `count / queues` per queue, added
+    /// by `producers` threads at once: each producer adds its share in rounds,
+    /// one operation to every queue per round (`BenchSerialQueues`). The
+    /// producer threads exist before the timed region and start together.
+    /// Timed: from releasing the producers until every queue has finished
+    /// (producers joined, then `waitUntilAllOperationsAreFinished()` on each
+    /// queue). Validated: each operation ran once, no queue ran two at once,
+    /// and each producer's operations ran in its order on every queue.
+    /// Metrics: the spread of the queues' finish times (`finishMinNs`, …).
+    public static func serialQueues(count: Int, queues queueCount: Int, producers: Int) -> Outcome {
+        let tracker = BenchSerialQueues(queues: queueCount, perQueue: count / queueCount, producers: producers)
+        let recorder = BenchRecorder(count: tracker.count)
+        let queues = (0..<queueCount).map { _ in
+            let queue = OperationQueue()
+            queue.maxConcurrentOperationCount = 1
+            return queue
+        }
+        let gate = BenchGate(count: producers)
+        let threads = (0..<producers).map { producer in
+            BenchThread {
+                gate.wait()
+                for round in 0..<tracker.perProducer {
+                    for queue in 0..<queueCount {
+                        let index = tracker.index(queue: queue, producer: producer, round: round)
+                        queues[queue].addOperation(BlockOperation {
+                            tracker.run(queue: queue, index: index, recorder: recorder)
+                        })
+                    }
+                }
+            }
+        }
+        let start = benchNow()
+        gate.open()
+        for thread in threads { thread.join() }
+        for queue in queues { queue.waitUntilAllOperationsAreFinished() }
+        let elapsed = benchNow() - start
+        let failures = tracker.check(recorder)
+        return (elapsed, failures, failures.isEmpty ? tracker.metrics(start: start) : [:])
+    }
+
+    /// W10: `count` operations whose body blocks for `sleepMicroseconds`
+    /// (`usleep`), added one by one to one queue of default width, then
+    /// `waitUntilAllOperationsAreFinished()`. Timed: create + add + wait.
+    /// A sampling thread reads the process's thread count about every
+    /// millisecond during the timed region; after it, the thread waits
+    /// `idleSeconds` with nothing queued and counts the threads again.
+    /// Metrics: `threadsBefore`, `threadsPeak`, `threadsAfterIdle`,
+    /// `idleSeconds`, and `concurrentPeak` (the most bodies blocked at once).
+    public static func blocking(count: Int, sleepMicroseconds: Int, idleSeconds: Double) -> Outcome {
+        let queue = OperationQueue()
+        let recorder = BenchRecorder(count: count)
+        let concurrency = BenchConcurrency()
+        let sampler = BenchThreadSampler()
+        let start = benchNow()
+        for index in 0..<count {
+            queue.addOperation(BlockOperation {
+                concurrency.enter()
+                benchSleep(microseconds: sleepMicroseconds)
+                recorder.record(index)
+                concurrency.leave()
+            })
+        }
+        queue.waitUntilAllOperationsAreFinished()
+        let elapsed = benchNow() - start
+        var metrics = sampler.finish(idleSeconds: idleSeconds)
+        metrics["concurrentPeak"] = Double(concurrency.peak)
+        return (elapsed, recorder.checkEachRanOnce(), metrics)
+    }
+
     /// W1a: W1 with `async` operation bodies: `count` operations whose body
     /// is an `async` closure (this library's `ResultOperation`), added one by
     /// one, then `waitUntilAllOperationsAreFinished()`. Timed: create + add +

@@ -203,6 +203,64 @@ enum DispatchEngine: BenchEngine {
         // The blocks are not cancellable, so they ran once the queue resumed.
         return (elapsed, recorder.checkEachRanOnce(), metrics)
     }
+
+    /// W9 anchor: `queues` serial `DispatchQueue`s, all targeting the global
+    /// concurrent queue, fed by `producers` threads exactly as in the
+    /// operation engines (`async(group:)` instead of `addOperation`); after
+    /// joining the producers, `group.wait()`. Validated the same way.
+    static func serialQueues(count: Int, queues queueCount: Int, producers: Int) -> BenchRunResult {
+        let tracker = BenchSerialQueues(queues: queueCount, perQueue: count / queueCount, producers: producers)
+        let recorder = BenchRecorder(count: tracker.count)
+        let target = DispatchQueue.global()
+        let queues = (0..<queueCount).map { DispatchQueue(label: "bench.serial.\($0)", target: target) }
+        let group = DispatchGroup()
+        let gate = BenchGate(count: producers)
+        let threads = (0..<producers).map { producer in
+            BenchThread {
+                gate.wait()
+                for round in 0..<tracker.perProducer {
+                    for queue in 0..<queueCount {
+                        let index = tracker.index(queue: queue, producer: producer, round: round)
+                        queues[queue].async(group: group) {
+                            tracker.run(queue: queue, index: index, recorder: recorder)
+                        }
+                    }
+                }
+            }
+        }
+        let start = benchNow()
+        gate.open()
+        for thread in threads { thread.join() }
+        group.wait()
+        let elapsed = benchNow() - start
+        let failures = tracker.check(recorder)
+        return (elapsed, failures, failures.isEmpty ? tracker.metrics(start: start) : [:])
+    }
+
+    /// W10 anchor: `count` blocking blocks `async(group:)` on the global
+    /// concurrent queue, then `group.wait()`; threads sampled as in the
+    /// operation engines.
+    static func blocking(count: Int, sleepMicroseconds: Int, idleSeconds: Double) -> BenchRunResult {
+        let queue = DispatchQueue.global()
+        let group = DispatchGroup()
+        let recorder = BenchRecorder(count: count)
+        let concurrency = BenchConcurrency()
+        let sampler = BenchThreadSampler()
+        let start = benchNow()
+        for index in 0..<count {
+            queue.async(group: group) {
+                concurrency.enter()
+                benchSleep(microseconds: sleepMicroseconds)
+                recorder.record(index)
+                concurrency.leave()
+            }
+        }
+        group.wait()
+        let elapsed = benchNow() - start
+        var metrics = sampler.finish(idleSeconds: idleSeconds)
+        metrics["concurrentPeak"] = Double(concurrency.peak)
+        return (elapsed, recorder.checkEachRanOnce(), metrics)
+    }
 }
 
 /// State of one W5 Dispatch run.

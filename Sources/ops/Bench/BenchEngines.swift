@@ -27,6 +27,11 @@ protocol BenchEngine {
     static func pendingMemory(count: Int) -> BenchRunResult
     /// W1a: W1 with `async` bodies; nil when the engine has none (Foundation).
     static func independentAsync(count: Int) -> BenchRunResult?
+    /// W9: `count` operations over `queues` serial queues, added by `producers` threads.
+    static func serialQueues(count: Int, queues: Int, producers: Int) -> BenchRunResult
+    /// W10: `count` operations that each block for `sleepMicroseconds`; thread counts
+    /// sampled during the run and after `idleSeconds` idle.
+    static func blocking(count: Int, sleepMicroseconds: Int, idleSeconds: Double) -> BenchRunResult
 }
 
 extension OperationsEngine: BenchEngine {}
@@ -61,6 +66,11 @@ enum BenchWorkload: Sendable {
     case cancelSuspended
     case priorities
     case pendingMemory
+    /// W9: `queues` serial queues fed by `producers` threads.
+    case serialQueues(queues: Int, producers: Int)
+    /// W10: operations that block for `sleepMicroseconds`; threads counted
+    /// again after `idleSeconds`.
+    case blocking(sleepMicroseconds: Int, idleSeconds: Double)
 
     /// Runs the workload once on `engine`, or returns nil if the engine
     /// cannot run it.
@@ -75,6 +85,10 @@ enum BenchWorkload: Sendable {
         case .cancelSuspended: engine.cancelSuspended(count: count)
         case .priorities: engine.priorities(count: count, seed: seed)
         case .pendingMemory: engine.pendingMemory(count: count)
+        case .serialQueues(let queues, let producers):
+            engine.serialQueues(count: count, queues: queues, producers: producers)
+        case .blocking(let sleepMicroseconds, let idleSeconds):
+            engine.blocking(count: count, sleepMicroseconds: sleepMicroseconds, idleSeconds: idleSeconds)
         }
     }
 }

@@ -67,6 +67,9 @@ final class BenchJSONReport: BenchReporter {
                     ("bytesRatioToDispatch", .number(median.flatMap { value in anchor.map { value / $0 } })),
                 ]
             }
+            // W9: the queues' finish times; W10: thread counts (medians over
+            // the repetitions; the values of each repetition are in `metrics`).
+            fields += result.rowFigures(for: engine).map { ($0.key, .number($0.value)) }
             fields += [
                 ("target", .string(result.targetLabel(for: engine))),
                 ("result", .string(result.verdict(for: engine))),

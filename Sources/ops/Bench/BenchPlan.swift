@@ -33,6 +33,12 @@ struct BenchRow: Sendable {
     /// Why the row is not run.
     var skipReason: String?
     var note: String?
+    /// One run per engine per repetition: no warm-up run and one run per
+    /// sample (W10, whose every run ends with an idle wait).
+    var singleRun = false
+    /// About how long one run takes, for the progress line, where the
+    /// default guess (a microsecond per operation) is far off.
+    var runSecondsHint: Double?
 
     var isMemory: Bool {
         if case .pendingMemory = workload { return true }
@@ -108,15 +114,24 @@ struct BenchPlan: Sendable {
     }
 
     /// Whether an `--only` pattern selects the row `id`: the same id, or,
-    /// for a pattern ending in `*`, an id starting with what precedes it.
+    /// for a pattern ending in `*`, an id starting with what precedes it
+    /// where that prefix does not end inside a number (`W1*` selects W1,
+    /// W1s and W1@1M, not W10).
     static func pattern(_ pattern: String, matches id: String) -> Bool {
-        pattern.hasSuffix("*") ? id.hasPrefix(pattern.dropLast()) : id == pattern
+        guard pattern.hasSuffix("*") else { return id == pattern }
+        let prefix = pattern.dropLast()
+        guard id.hasPrefix(prefix) else { return false }
+        let next = id.dropFirst(prefix.count).first
+        return !(prefix.last?.isNumber == true && next?.isNumber == true)
     }
 
     private static func makeRows(scalePoints: [Int], foundationCap cap: Int, quick: Bool) -> [BenchRow] {
         let main = scalePoints[1]
         let capNote = "N capped at \(cap) for Foundation (quadratic on dependency graphs)"
         let foundationRowNote = "same workload at Foundation's capped N"
+        // W9 and W10 have sizes of their own (W10's runs end with an idle wait).
+        let serialQueues = quick ? 100 : 1_000
+        let blockingIdle = quick ? 1.0 : 5.0
         var rows: [BenchRow] = [
             BenchRow(id: "W0", title: "create + start() by hand", workload: .createAndStart,
                      count: main, engines: all, target: .ratioAtMost(1.5)),
@@ -150,6 +165,15 @@ struct BenchPlan: Sendable {
                      count: main, engines: all, target: .ratioAtMost(1.0)),
             BenchRow(id: "W7", title: "random priorities, serial, resume + wait", workload: .priorities,
                      count: main, engines: all, target: .noOrderViolations),
+            BenchRow(id: "W9", title: "\(benchCount(serialQueues)) serial queues, 4 producers",
+                     workload: .serialQueues(queues: serialQueues, producers: 4),
+                     count: serialQueues * (quick ? 20 : 100), engines: all, target: .ratioAtMost(1.0),
+                     note: "\(quick ? 20 : 100) operations per queue; Dispatch: serial queues targeting the global queue"),
+            BenchRow(id: "W10", title: "blocking operations (2 ms sleep), default width",
+                     workload: .blocking(sleepMicroseconds: 2_000, idleSeconds: blockingIdle),
+                     count: quick ? 200 : 2_000, engines: all, repetitionCap: 3,
+                     note: "Dispatch: the global concurrent queue; threads after \(benchFormat(blockingIdle, decimals: 0)) s idle",
+                     singleRun: true, runSecondsHint: blockingIdle + (quick ? 0.3 : 1.5)),
         ]
         // The growth table's other sizes (the middle size is the main row).
         // Each group's smallest size runs right before its main row, and the

@@ -106,6 +106,35 @@ extension BenchRowResult {
             let fifo = stats.metric("fifoViolations")
             notes.append("\(Int(inversions.max() ?? 0)) inversions, \(Int(fifo.max() ?? 0)) FIFO violations")
         }
+        let figures = Dictionary(rowFigures(for: engine), uniquingKeysWith: { first, _ in first })
+        if let low = figures["finishMinNs"], let middle = figures["finishMedianNs"], let high = figures["finishMaxNs"],
+           let spread = figures["finishMaxOverMedian"] {
+            notes.append("queues finished at \(benchDuration(low)) / \(benchDuration(middle)) / \(benchDuration(high)) "
+                + "(min/median/max), max/median \(benchFormat(spread, decimals: 2))")
+        }
+        if let before = figures["threadsBefore"], let peak = figures["threadsPeak"],
+           let after = figures["threadsAfterIdle"], let idle = figures["idleSeconds"] {
+            var text = "threads \(Int(before)) before, peak \(Int(peak)), \(Int(after)) after \(benchFormat(idle, decimals: 0)) s idle"
+            if let bodies = figures["concurrentPeak"] { text += "; at most \(Int(bodies)) bodies at once" }
+            notes.append(text)
+        }
         return notes
+    }
+
+    /// The figures of W9 (the spread of the queues' finish times) and W10
+    /// (thread counts) for `engine`: the median over the repetitions of each
+    /// metric, in report order; empty for other rows.
+    func rowFigures(for engine: BenchEngineID) -> [(key: String, value: Double)] {
+        guard let stats = stats[engine] else { return [] }
+        let keys: [String]
+        switch row.workload {
+        case .serialQueues: keys = ["finishMinNs", "finishMedianNs", "finishMaxNs", "finishMaxOverMedian"]
+        case .blocking: keys = ["threadsBefore", "threadsPeak", "threadsAfterIdle", "idleSeconds", "concurrentPeak"]
+        default: return []
+        }
+        return keys.compactMap { key in
+            let values = stats.metric(key)
+            return values.isEmpty ? nil : (key, benchMedian(values))
+        }
     }
 }

@@ -179,11 +179,11 @@ final class BenchRunner {
         let sample = max(Double(plan.sampleTargetNanoseconds) / 1e9, 0.01)
         // Without a prediction, a run is taken to cost about a microsecond
         // per operation: this matters for the large rows only.
-        let run = max(sample, Double(row.count) * 1e-6)
+        let run = row.runSecondsHint ?? max(sample, Double(row.count) * 1e-6)
         var total = 0.0
         for engine in row.engines {
             guard let prediction = predictedRun(row, engine) else {
-                let warmUp = plan.warmUp && row.count < 1_000_000 ? run : 0
+                let warmUp = plan.warmUp && row.count < 1_000_000 && !row.singleRun ? run : 0
                 total += warmUp + repetitions * run
                 continue
             }
@@ -207,8 +207,9 @@ final class BenchRunner {
         for engine in row.engines {
             guard let prediction = predictedRun(row, engine) else {
                 engines.append(engine)
-                // A million operations amortize any warm-up effect.
-                if row.count < 1_000_000 { warmUp.append(engine) }
+                // A million operations amortize any warm-up effect; a
+                // single-run row runs once per repetition only.
+                if row.count < 1_000_000, !row.singleRun { warmUp.append(engine) }
                 continue
             }
             if prediction.seconds > plan.maxRunSeconds {
@@ -218,7 +219,7 @@ final class BenchRunner {
             }
             engines.append(engine)
             // A run this long needs no warm-up and is its own sample.
-            if prediction.seconds < 2, row.count < 1_000_000 { warmUp.append(engine) }
+            if prediction.seconds < 2, row.count < 1_000_000, !row.singleRun { warmUp.append(engine) }
         }
 
         if plan.warmUp {
