@@ -85,7 +85,8 @@ public struct OperationTrace: Sendable {
         public let threadID: Int32
     }
 
-    /// A queue's counters after a change.
+    /// A queue's counters after a change. A busy queue is sampled at most
+    /// every 20 µs, and always when it becomes empty.
     public struct QueueSample: Sendable, Hashable {
         /// When.
         public let time: UInt64
