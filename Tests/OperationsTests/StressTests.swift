@@ -200,10 +200,9 @@ struct StressTests {
     }
 
     private func blockingTail(width: Int, fromCompletionBlock: Bool, readyFromStart: Bool) {
-        // An isFinished observer runs before its queue may start the next
-        // operation (Foundation's order): at width 1, it cannot wait for an
-        // operation that is already ready behind it. A completion block can.
-        if width == 1, !fromCompletionBlock, readyFromStart { return }
+        // An isFinished observer runs while its operation keeps its slot
+        // (Foundation's order), but a wait there frees the slot first: even
+        // at width 1, it can wait for an operation ready behind it.
         let queue = OperationQueue()
         queue.maxConcurrentOperationCount = width
         let first = BlockOperation {}
