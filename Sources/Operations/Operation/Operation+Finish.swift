@@ -46,6 +46,13 @@ extension Operation {
         return plan
     }
 
+    /// Whether finishing now would run observers of the operation or its
+    /// completion block (user code that may block), as far as can be told
+    /// before it finishes.
+    final var finishRunsUserTail: Bool {
+        withStateLock { state in state.isObserved || extras?.completionBlock != nil }
+    }
+
     /// Step 1: marks the operation finished, once, and takes everything the
     /// later steps need. Returns nil if it had already finished.
     /// With `endingBody`, the base state also becomes finished (see

@@ -124,3 +124,57 @@ struct BlockingObserverRegressionTests {
         token.invalidate()
     }
 }
+
+// MARK: - Tails of async bodies
+
+/// The isFinished observers and completion blocks of operations with
+/// `async` bodies (`ResultOperation`) ran on the task that ran the body, a
+/// thread of Swift's cooperative pool. They are synchronous code, where a
+/// blocking wait is allowed; but a blocked cooperative thread is one that no
+/// task can use, and the pool does not grow: once as many tails as it has
+/// threads waited, no `async` body could start, including the one they
+/// waited for (in the soak: a serial queue's executing `ResultOperation`
+/// whose body never began, "body starts 0", with older operations pending
+/// behind it).
+///
+/// More blockers than the cooperative pool has threads: half wait from an
+/// isFinished observer, half from a completion block, each for `target`,
+/// which is added once they have begun (or after a bounded pause).
+func scenarioTailsOfAsyncBodiesWaitForAnAsyncBody() {
+    let blockers = Platform.processorCount + 2
+    let queue = makeQueue("async-tails")
+    let target = ResultOperation<Int, Never> { () async -> Int in 7 }
+    let entered = Latch(count: blockers)
+    let waited = Counter()
+    let wait: @Sendable () -> Void = {
+        entered.countDown()
+        if target.waitUntilFinished(timeout: .seconds(3)) { waited.increment() }
+    }
+    var tokens: [KeyValueObservation] = []
+    for index in 0..<blockers {
+        let operation = ResultOperation<Int, Never> { () async -> Int in index }
+        if index.isMultiple(of: 2) {
+            operation.completionBlock = wait
+        } else {
+            tokens.append(operation.observe(\.isFinished, options: [.new]) { _, change in
+                if change.newValue == true { wait() }
+            })
+        }
+        queue.addOperation(operation)
+    }
+    let allEntered = entered.wait(timeout: .seconds(2))
+    queue.addOperation(target)
+    #expect(target.waitUntilFinished(timeout: patience), "the async body of the operation the tails wait for never ran")
+    #expect(queue.waitUntilAllOperationsAreFinished(timeout: patience))
+    #expect(allEntered, "not every tail began: the ones that did hold every thread of the cooperative pool")
+    #expect(waited.count == blockers, "\(blockers - waited.count) of \(blockers) tails timed out waiting for an async body")
+    for token in tokens { token.invalidate() }
+}
+
+@Suite("Tails of async bodies do not block Swift's cooperative pool (regression)")
+struct AsyncBodyTailRegressionTests {
+    @Test("isFinished observers and completion blocks of operations with async bodies may wait for another async body (regression)")
+    func tailsOfAsyncBodiesMayWait() async {
+        await #expect(processExitsWith: .success) { scenarioTailsOfAsyncBodiesWaitForAnAsyncBody() }
+    }
+}
