@@ -152,8 +152,9 @@ struct StressTests {
             guard let target = op.finishObserverWaitsFor else { continue }
             #expect(target < op.index)
         }
-        // Off by default (long soaks with it on still stall now and then).
-        #expect(!StressPlan(configuration: StressConfiguration(seed: StressTests.seeds[0], operations: 3_000)).operations.contains { $0.finishObserverWaitsFor != nil })
+        // On by default; off on request.
+        #expect(StressPlan(configuration: StressConfiguration(seed: StressTests.seeds[0], operations: 3_000)).operations.contains { $0.finishObserverWaitsFor != nil })
+        #expect(!StressPlan(configuration: StressConfiguration(seed: StressTests.seeds[0], operations: 3_000, blockingObservers: false)).operations.contains { $0.finishObserverWaitsFor != nil })
     }
 
     /// Found by the soak once blocking observers were on by default (seeds
