@@ -38,11 +38,10 @@ public struct StressConfiguration: Sendable, Hashable {
     /// in release builds (`ops soak --check-invariants` turns it on).
     public var checksInvariants: Bool
     /// Whether the plan gives some operations an `isFinished` observer that
-    /// waits (bounded) for another operation. Off by default: the bug of
-    /// `StressTests.blockingTailHoldsSlot` is fixed, but long soaks with it
-    /// on still stall now and then (seeds 777004 and 777009 of a 2-minute
-    /// release soak, not reproducible on a rerun); `ops soak
-    /// --blocking-observers` turns it on.
+    /// waits (bounded) for an older operation. On by default (the stalls it
+    /// found are fixed: `BlockingObserverRegressionTests`,
+    /// `AsyncBodyTailRegressionTests`); `ops soak --no-blocking-observers`
+    /// turns it off.
     public var blockingObservers: Bool
     /// How long the weak-reference census waits for the last references
     /// to operations, closures and queues to go (threads that finished an
@@ -94,7 +93,7 @@ public struct StressConfiguration: Sendable, Hashable {
         injectedFault: InjectedFault = .none,
         checksInvariants: Bool = _isDebugAssertConfiguration(),
         censusTimeout: Duration = .seconds(10),
-        blockingObservers: Bool = false
+        blockingObservers: Bool = true
     ) {
         self.seed = seed
         self.operations = max(1, operations)

@@ -254,6 +254,10 @@ struct PlanGenerator {
     /// Indices of the operations the driver adds, in order.
     var driverIndices: [Int] = []
     var handIndices: [Int] = []
+    /// For each operation, the operations started by hand inline in its
+    /// completion block (`.hand(inline: true)` operations that depend on
+    /// it): its retirement may contain theirs.
+    var inlineDependents: [Int: [Int]] = [:]
     var barrierCount = 0
     /// Queues that take ordinary operations (all but `.limited` ones).
     var generalQueues: [Int] = []
@@ -422,6 +426,9 @@ struct PlanGenerator {
             children: []
         ))
         operations[index].finishObserverWaitsFor = pickObserverWaitTarget(for: index)
+        if case .hand(inline: true) = placement {
+            for dependency in dependencies { inlineDependents[dependency, default: []].append(index) }
+        }
         driverIndices.append(index)
         if random.chance(perMille: 50) {
             let source = randomChildSource()

@@ -162,13 +162,43 @@ extension PlanGenerator {
 
     /// Now and then, an older queued driver operation for an `isFinished`
     /// observer of `index` to wait for (it cannot depend on `index`).
+    ///
+    /// A wait must not close a cycle of retirements. An operation retires
+    /// after its observers and completion block have run, so its
+    /// retirement waits for the retirement its waiting observer waits for,
+    /// and for that of each operation its completion block starts by hand
+    /// inline. `index`, if started inline, runs inside the completion block
+    /// of one of its dependencies: its observer must not wait for an
+    /// operation whose retirement may wait for one of them (seeds 920047
+    /// and 920058: the observer of op 6575, started inline by op 6570's
+    /// completion block, waited for op 6571, whose observer waited for op
+    /// 6570). Edges only ever leave a new operation or enter it, so this
+    /// check, made as each operation is planned, rules out every cycle.
     mutating func pickObserverWaitTarget(for index: Int) -> Int? {
         guard configuration.blockingObservers, random.chance(perMille: 20) else { return nil }
+        var enclosing: Set<Int> = []
+        if case .hand(inline: true) = operations[index].placement {
+            enclosing = Set(operations[index].dependencies)
+        }
         let candidates = driverIndices.suffix(32).filter { candidate in
-            if case .queue = operations[candidate].placement { return true }
-            return false
+            guard case .queue = operations[candidate].placement else { return false }
+            return enclosing.isEmpty || !retirementMayWait(from: candidate, forAnyOf: enclosing)
         }
         return candidates.isEmpty ? nil : random.pick(candidates)
+    }
+
+    /// Whether the retirement of `start` may wait, through waiting
+    /// observers and inline starts, for the retirement of one of `targets`.
+    private func retirementMayWait(from start: Int, forAnyOf targets: Set<Int>) -> Bool {
+        var seen: Set<Int> = []
+        var stack = [start]
+        while let current = stack.popLast() {
+            if targets.contains(current) { return true }
+            guard seen.insert(current).inserted else { continue }
+            if let waited = operations[current].finishObserverWaitsFor { stack.append(waited) }
+            stack.append(contentsOf: inlineDependents[current, default: []])
+        }
+        return false
     }
 
     mutating func randomChildSource() -> StressPlan.OperationSpec.ChildSource {

@@ -152,8 +152,58 @@ struct StressTests {
             guard let target = op.finishObserverWaitsFor else { continue }
             #expect(target < op.index)
         }
-        // Off by default (long soaks with it on still stall now and then).
-        #expect(!StressPlan(configuration: StressConfiguration(seed: StressTests.seeds[0], operations: 3_000)).operations.contains { $0.finishObserverWaitsFor != nil })
+        // On by default; off on request.
+        #expect(StressPlan(configuration: StressConfiguration(seed: StressTests.seeds[0], operations: 3_000)).operations.contains { $0.finishObserverWaitsFor != nil })
+        #expect(!StressPlan(configuration: StressConfiguration(seed: StressTests.seeds[0], operations: 3_000, blockingObservers: false)).operations.contains { $0.finishObserverWaitsFor != nil })
+    }
+
+    /// Found by the soak once blocking observers were on by default (seeds
+    /// 920047 and 920058, every rerun): the isFinished observer of an
+    /// operation started by hand inside a dependency's completion block
+    /// waited for an operation whose own observer waited for that
+    /// dependency, whose completion block could not return before the
+    /// first observer did. Each operation retires after its observers and
+    /// completion block, so the plan must not contain a cycle of
+    /// retirements: an operation's retirement waits for the one its
+    /// observer waits for, and for those of the operations its completion
+    /// block starts inline.
+    @Test("A waiting isFinished observer never closes a cycle of retirements (regression)",
+          arguments: [920_047, 920_058] as [UInt64])
+    func observerWaitsCloseNoCycle(seed: UInt64) {
+        let plan = StressPlan(configuration: StressConfiguration(seed: seed, operations: 100_000, queues: 5, blockingObservers: true))
+        var edges: [Int: [Int]] = [:]
+        for op in plan.operations {
+            if let target = op.finishObserverWaitsFor { edges[op.index, default: []].append(target) }
+            if case .hand(inline: true) = op.placement {
+                for dependency in op.dependencies { edges[dependency, default: []].append(op.index) }
+            }
+        }
+        // Depth-first search with three colours: 1 on the path, 2 done.
+        var colour: [Int: Int] = [:]
+        var cycleThrough: Int?
+        for root in edges.keys where colour[root] == nil && cycleThrough == nil {
+            var stack: [(node: Int, next: Int)] = [(root, 0)]
+            colour[root] = 1
+            while let (node, next) = stack.last, cycleThrough == nil {
+                let successors = edges[node] ?? []
+                guard next < successors.count else {
+                    colour[node] = 2
+                    stack.removeLast()
+                    continue
+                }
+                stack[stack.count - 1].next += 1
+                let successor = successors[next]
+                switch colour[successor] {
+                case 1: cycleThrough = successor
+                case nil:
+                    colour[successor] = 1
+                    stack.append((successor, 0))
+                default: break
+                }
+            }
+        }
+        #expect(cycleThrough == nil, "seed \(seed): a cycle of retirements through op \(cycleThrough ?? -1)")
+        #expect(plan.operations.contains { $0.finishObserverWaitsFor != nil })
     }
 
     @Test("The census reports an operation, a closure or a queue that outlives its round, by name",
@@ -200,10 +250,9 @@ struct StressTests {
     }
 
     private func blockingTail(width: Int, fromCompletionBlock: Bool, readyFromStart: Bool) {
-        // An isFinished observer runs before its queue may start the next
-        // operation (Foundation's order): at width 1, it cannot wait for an
-        // operation that is already ready behind it. A completion block can.
-        if width == 1, !fromCompletionBlock, readyFromStart { return }
+        // An isFinished observer runs while its operation keeps its slot
+        // (Foundation's order), but a wait there frees the slot first: even
+        // at width 1, it can wait for an operation ready behind it.
         let queue = OperationQueue()
         queue.maxConcurrentOperationCount = width
         let first = BlockOperation {}

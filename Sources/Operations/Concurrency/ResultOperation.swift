@@ -202,10 +202,24 @@ open class ResultOperation<Success: Sendable, Failure: Error>: Operation, @unche
                 return outcome
             }
             self.complete(with: outcome, inputs: operations)
-            self.withThreadContext { self.bodyDidFinish(wasExecuting: true, announced: false) }?.run()
+            if self.finishRunsUserTail {
+                // Observers and a completion block are synchronous code, where
+                // a blocking wait is allowed: they run on a worker of the
+                // pool, which makes up for blocked workers, not on this
+                // thread of Swift's cooperative pool, which no task could use
+                // while they block (not even the one they may wait for).
+                WorkerPool.shared.submit(ClosureJob { [self] in self.finishAsyncBody() }, qos: qos.index)
+            } else {
+                self.finishAsyncBody()
+            }
         }
         onCancel { task.cancel() }
         return .continues
+    }
+
+    /// The `async` body has returned: the operation finishes.
+    private func finishAsyncBody() {
+        withThreadContext { bodyDidFinish(wasExecuting: true, announced: false) }?.run()
     }
 
     /// Runs a synchronous body.

@@ -46,6 +46,13 @@ extension Operation {
         return plan
     }
 
+    /// Whether finishing now would run observers of the operation or its
+    /// completion block (user code that may block), as far as can be told
+    /// before it finishes.
+    final var finishRunsUserTail: Bool {
+        withStateLock { state in state.isObserved || extras?.completionBlock != nil }
+    }
+
     /// Step 1: marks the operation finished, once, and takes everything the
     /// later steps need. Returns nil if it had already finished.
     /// With `endingBody`, the base state also becomes finished (see
@@ -198,6 +205,9 @@ struct FinishPlan {
     /// so that the queue counts the retirement as in flight until done.
     var hasUserTail: Bool { details?.hasUserTail ?? false }
 
+    /// Whether step 4 tells observers of `isExecuting`/`isFinished`.
+    var announces: Bool { details?.announces ?? false }
+
     /// Whether the queue must count the retirement as in flight until step
     /// 6: the tail runs user code, or instruments are told `finished` there
     /// (queue waiters must not wake before they are).
@@ -224,10 +234,11 @@ struct FinishPlan {
     }
 
     /// Step 4, first half: the did-change announcements owed to the
-    /// operation's observers, once. The drain loop delivers them before it
-    /// lets another loop start the next operation, so that, as in
-    /// Foundation, a serial queue's next operation starts after the previous
-    /// one announced `isFinished`; the completion block may run later.
+    /// operation's observers, once. The drain loop delivers them while the
+    /// operation still keeps its slot, so that, as in Foundation, a serial
+    /// queue's next operation starts after the previous one announced
+    /// `isFinished` (unless an observer blocks in one of the library's waits,
+    /// which frees the slot first); the completion block may run later.
     func announce() {
         guard let details, let names = details.takeAnnouncement() else { return }
         let finished = operation
@@ -287,6 +298,9 @@ final class FinishDetails {
         self.keys = keys
         hasUserTail = completion != nil || !keys.isEmpty
     }
+
+    /// Whether the retirement owes observers announcements.
+    var announces: Bool { !keys.isEmpty }
 
     /// The owed announcements' key names, once.
     func takeAnnouncement() -> [String]? {

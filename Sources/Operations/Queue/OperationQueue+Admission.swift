@@ -183,6 +183,9 @@ extension OperationQueue {
         let key = nextRoomWaiterKey
         roomWaiters.append((key, count, { signal.signal() }))
         lock.unlock()
+        // From the observers of a finished operation: the queue slot it kept
+        // for them may be needed to make room.
+        OperationQueue.releaseKeptSlots(of: ThreadContext.current)
         let record = WaitRegistry.Record(running: ThreadContext.current.runningOperations, target: .room(self))
         if let reason = WaitRegistry.shared.begin(record) {
             lock.withLock { roomWaiters.removeAll { $0.key == key } }

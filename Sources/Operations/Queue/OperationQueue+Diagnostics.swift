@@ -268,7 +268,7 @@ extension OperationQueue {
             let link = operation.queueLink
             guard link.has(QueueLink.Flags.linked) else { return nil }
             let cancelledCheap = operation.loadState().isCancelled && !link.has(QueueLink.Flags.customStart)
-            let full = state.width >= 0 && state.executing >= state.width
+            let full = state.width >= 0 && state.usedSlots >= state.width
             return AnalysisSnapshot(
                 dispatched: link.has(QueueLink.Flags.dispatched),
                 suspended: state.isSuspended || state.width == 0,

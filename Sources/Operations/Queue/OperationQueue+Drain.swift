@@ -6,7 +6,18 @@
 // and finishes synchronously is retired by the loop itself: removing it from
 // the queue, admitting the dependents it made ready, and picking the next
 // operation share one lock acquisition. Its observers and completion block
-// run right after, before the next operation starts.
+// run right after, on the loop's thread, before the loop picks another
+// operation.
+//
+// Foundation's order — a slot starts its next operation only after the
+// previous one's `isExecuting`/`isFinished` observers were told — is kept by
+// the queue's state, not by holding anything back: the finished operation
+// keeps its slot (`QueueState.unlink(_:retirementPending:keepingSlot:)`)
+// until the loop has told its observers, or until an observer blocks in one
+// of the library's waits (`OperationQueue.releaseKeptSlots(of:)`), whichever
+// comes first. So every request for another loop is posted at once, and the
+// other tails of a batch are handed to jobs of their own, before any user
+// code runs on the loop's thread.
 
 extension OperationQueue: PoolJob {
     func runJob(on worker: Worker) {
@@ -47,10 +58,18 @@ extension OperationQueue {
             }
             readied.empty()
             var userTail = false
-            for case let plan? in finishes {
+            // The plan whose tail runs on this thread and whose operation
+            // keeps its slot until its observers have been told: the one
+            // that holds a slot and has observers (one at most: a batch is
+            // one operation, or cancelled ones that hold no slot).
+            var slotKeeper: Int?
+            for index in finishes.indices {
+                guard let plan = finishes[index] else { continue }
                 let operation = plan.operation
                 userTail = userTail || plan.hasUserTail
-                if let owned = state.unlink(operation, retirementPending: plan.countsRetirement) {
+                let keepsSlot = slotKeeper == nil && plan.announces && operation.queueLink.has(QueueLink.Flags.holdsSlot)
+                if keepsSlot { slotKeeper = index }
+                if let owned = state.unlink(operation, retirementPending: plan.countsRetirement, keepingSlot: keepsSlot) {
                     released.append(owned)
                 }
                 emitLocked(.finished(operation))
@@ -85,7 +104,7 @@ extension OperationQueue {
                 // The tail (observers, completion blocks) is user code that
                 // may block, for example waiting for the next operation: the
                 // loop counts as busy meanwhile, so that another loop takes
-                // the slot the finished operation freed.
+                // the slot the finished operation frees.
                 state.drainerBusy(true)
             } else {
                 state.drainerStopped()
@@ -93,27 +112,25 @@ extension OperationQueue {
             var effects = takeEffectsLocked()
             lock.unlock()
 
-            // The list's references go first, then the queue's observers,
-            // then each finished operation's isExecuting/isFinished observers
-            // (before another loop may start the next operation: Foundation's
-            // order), then the completion blocks and waiters.
+            // The list's references go first. Then, before any user code runs
+            // on this thread: the requested loop is posted (it may be what a
+            // tail below waits for), tail-less plans complete (they only wake
+            // waiters), and every tail but one gets a job of its own (a tail
+            // may wait for another operation of this batch). Then the queue's
+            // observers, and the remaining tail: its operation's
+            // isExecuting/isFinished observers, the release of the slot it
+            // kept for them, and its completion block.
             if !released.isEmpty {
                 for reference in released { reference.release() }
                 released.empty()
             }
-            if !finishes.isEmpty, isObserved { notifyDidChange(Self.contentKeys) }
-            for index in finishes.indices { finishes[index]?.announce() }
-            // Another loop, if one was requested, starts before the completion
-            // blocks below run: one may block until that loop has run more work.
             if let loop = effects.drainLoop {
                 effects.drainLoop = nil
                 post(drainLoopTo: loop)
             }
             if !finishes.isEmpty {
-                // Plans without user code first (they only wake waiters);
-                // then the tails. A tail may wait for another operation of
-                // this batch, so only one tail runs on this thread and each
-                // other one gets a job of its own.
+                var own: FinishPlan?
+                if let slotKeeper { own = finishes[slotKeeper].take() }
                 var tails: [FinishPlan] = []
                 for index in finishes.indices {
                     // Taken out of the array, so the plan holds the only
@@ -127,13 +144,21 @@ extension OperationQueue {
                     plan.complete(settle: false)
                 }
                 finishes.empty()
-                while tails.count > 1 {
+                if own == nil { own = tails.popLast() }
+                while let plan = tails.popLast() {
                     // Settled by the job itself (`memberRetired`).
-                    pool.submit(RetirementJob(tails.removeLast()), qos: queueQoS)
+                    pool.submit(RetirementJob(plan), qos: queueQoS)
                 }
-                if let plan = tails.popLast() {
+                if isObserved { notifyDidChange(Self.contentKeys) }
+                if let plan = own.take() {
                     owedRetirements += 1
-                    plan.complete(settle: false)
+                    if slotKeeper != nil {
+                        plan.announce()
+                        releaseKeptSlot(of: plan.operation)
+                    }
+                    // Moved, not copied: the plan must hold the loop's only
+                    // reference when it wakes the operation's waiters.
+                    (consume plan).complete(settle: false)
                 }
             }
             effects.perform(on: self)
@@ -204,6 +229,34 @@ extension Array {
         case 0: return
         case 1: removeLast()
         default: removeAll(keepingCapacity: true)
+        }
+    }
+}
+
+extension OperationQueue {
+    /// Frees the slot that the finished `operation` kept while its
+    /// observers are told (see `drain`), if it still holds it, and lets the
+    /// queue start what the slot allows.
+    final func releaseKeptSlot(of operation: Operation) {
+        lock.lock()
+        guard state.releaseKeptSlot(of: operation) else {
+            lock.unlock()
+            return
+        }
+        let effects = takeEffectsLocked()
+        lock.unlock()
+        effects.perform(on: self)
+    }
+
+    /// The calling thread is about to block in one of the library's waits.
+    /// If it is telling the observers of a finished operation that kept its
+    /// slot for them, the slot is freed first: the wait may be for work that
+    /// needs it, which would otherwise start only once the observers have
+    /// returned, that is, after this wait.
+    static func releaseKeptSlots(of context: ThreadContext) {
+        guard context.operationReference != nil else { return }
+        for operation in context.runningOperations where operation.loadState().isFinished {
+            operation.owningQueueForAnalysis()?.releaseKeptSlot(of: operation)
         }
     }
 }

@@ -23,7 +23,7 @@ struct QueueLink {
     /// but waiting behind a barrier).
     var lane: Int8 = QueueLink.noLane
     /// `Flags` bits.
-    var flags: UInt8 = 0
+    var flags: UInt16 = 0
     /// The number of barriers added to the queue before this operation: its
     /// barrier segment.
     var segment: UInt32 = 0
@@ -37,25 +37,31 @@ struct QueueLink {
 
     enum Flags {
         /// In the add-order list (owned by the queue).
-        static let linked: UInt8 = 1 << 0
+        static let linked: UInt16 = 1 << 0
         /// Dequeued: its `start()` has been (or is being) called.
-        static let dispatched: UInt8 = 1 << 1
+        static let dispatched: UInt16 = 1 << 1
         /// Holds one of the `maxConcurrentOperationCount` slots.
-        static let holdsSlot: UInt8 = 1 << 2
+        static let holdsSlot: UInt16 = 1 << 2
         /// The queue's barrier operation.
-        static let barrier: UInt8 = 1 << 3
+        static let barrier: UInt16 = 1 << 3
         /// Counted in its segment's unfinished operations.
-        static let countedInSegment: UInt8 = 1 << 4
+        static let countedInSegment: UInt16 = 1 << 4
         /// Its readiness is user code (`isReady` overridden): evaluated
         /// outside the lock, trusted when popped.
-        static let customReadiness: UInt8 = 1 << 5
+        static let customReadiness: UInt16 = 1 << 5
         /// Its class overrides `start()`: even when cancelled it waits for a
         /// slot, and its `start()` is called.
-        static let customStart: UInt8 = 1 << 6
+        static let customStart: UInt16 = 1 << 6
         /// For an operation with `customReadiness`: its override last read
         /// true (what the instruments were told: `.ready` / `.notReady`).
-        static let reportedReady: UInt8 = 1 << 7
+        static let reportedReady: UInt16 = 1 << 7
+        /// Finished and unlinked, it keeps its slot while its
+        /// `isExecuting`/`isFinished` observers are told
+        /// (`QueueState.unlink(_:retirementPending:keepingSlot:)`): the only
+        /// flag an unlinked operation carries, cleared by
+        /// `QueueState.releaseKeptSlot(of:)`.
+        static let keptSlot: UInt16 = 1 << 8
     }
 
-    func has(_ flag: UInt8) -> Bool { flags & flag != 0 }
+    func has(_ flag: UInt16) -> Bool { flags & flag != 0 }
 }

@@ -65,6 +65,10 @@ struct QueueState {
     private(set) var readyCount = 0
     /// Operations holding a slot of `maxConcurrentOperationCount`.
     private(set) var executing = 0
+    /// Finished operations that left the list but keep their slot until
+    /// their `isExecuting`/`isFinished` observers have been told (see
+    /// `unlink(_:retirementPending:keepingSlot:)`).
+    private(set) var keptSlots = 0
 
     /// `maxConcurrentOperationCount` as set (-1: the system decides).
     var width = -1
@@ -156,10 +160,18 @@ struct QueueState {
     /// releases after unlocking (releasing may run a subclass's `deinit`). `retirementPending`
     /// counts its observers and completion block as in flight, until
     /// `retirementDone()`.
-    mutating func unlink(_ operation: Operation, retirementPending: Bool) -> Unmanaged<Operation>? {
+    ///
+    /// With `keepingSlot`, an operation that holds a slot keeps it (counted
+    /// in `keptSlots`, flagged `QueueLink.Flags.keptSlot`) until
+    /// `releaseKeptSlot(of:)`: its `isExecuting`/`isFinished` observers are
+    /// told before the slot can start the next operation (Foundation's
+    /// order), while the queue knows that the slot is taken, so that its
+    /// requests for drain loops stay true.
+    mutating func unlink(_ operation: Operation, retirementPending: Bool, keepingSlot: Bool = false) -> Unmanaged<Operation>? {
         let link = operation.queueLink
         guard link.has(QueueLink.Flags.linked) else { return nil }
         removeFromLane(operation)
+        let keepsSlot = keepingSlot && link.has(QueueLink.Flags.holdsSlot)
         if link.has(QueueLink.Flags.holdsSlot) { executing -= 1 }
         if link.has(QueueLink.Flags.countedInSegment) {
             segments[segmentIndex(link.segment)].unfinished -= 1
@@ -180,12 +192,31 @@ struct QueueState {
             head = link.next
         }
         operation.queueLink = QueueLink()
+        if keepsSlot {
+            operation.queueLink.flags = QueueLink.Flags.keptSlot
+            keptSlots += 1
+        }
         count -= 1
         progressCompleted += 1
         if retirementPending { retiring += 1 }
         advanceSegments()
         return Unmanaged.passUnretained(operation)
     }
+
+    /// Frees the slot that `operation` kept when it was unlinked, once: its
+    /// observers have been told, or the thread telling them is about to
+    /// block in a wait (which may be for work that needs the slot). Returns
+    /// whether a slot was freed.
+    mutating func releaseKeptSlot(of operation: Operation) -> Bool {
+        guard operation.queueLink.has(QueueLink.Flags.keptSlot) else { return false }
+        operation.queueLink.flags &= ~QueueLink.Flags.keptSlot
+        keptSlots -= 1
+        return true
+    }
+
+    /// Slots in use: by dispatched operations, and kept by finished ones
+    /// whose observers are being told.
+    var usedSlots: Int { executing + keptSlots }
 
     /// A retirement counted by `unlink` has finished.
     mutating func retirementDone(_ count: Int = 1) {
@@ -283,7 +314,7 @@ struct QueueState {
             operation.queueLink.flags |= QueueLink.Flags.dispatched
             return operation
         }
-        guard executing < effectiveWidth else { return nil }
+        guard usedSlots < effectiveWidth else { return nil }
         while nonEmptyLanes != 0 {
             let lane = nonEmptyLanes.trailingZeroBitCount
             guard let node = lanes[lane].head else { break }
@@ -318,7 +349,7 @@ struct QueueState {
     var admissibleCount: Int {
         guard !isSuspended else { return 0 }
         let cancelled = lanes[Self.cancelledLane].count
-        let slots = width < 0 ? Int.max : max(0, width - executing)
+        let slots = width < 0 ? Int.max : max(0, width - usedSlots)
         return (cancelled > 0 ? 1 : 0) + min(readyCount - cancelled, slots)
     }
 
@@ -358,7 +389,7 @@ struct QueueState {
     /// Whether the queue holds operations but none can start without outside
     /// help: nothing dispatched, nothing ready, not suspended.
     var isStalled: Bool {
-        count > 0 && executing == 0 && readyCount == 0 && busyDrainers == 0 && !isSuspended
+        count > 0 && usedSlots == 0 && readyCount == 0 && busyDrainers == 0 && !isSuspended
     }
 
     /// Whether `added` more operations fit under the pending limit. An empty
@@ -536,7 +567,7 @@ struct QueueState {
             }
             if segment.gate == nil, segment.held.count > 0 { return "ungated segment \(number) holds operations" }
         }
-        if executing < 0 || retiring < 0 || busyDrainers < 0 || runningDrainers < busyDrainers || pendingDrainers > 1 {
+        if executing < 0 || keptSlots < 0 || retiring < 0 || busyDrainers < 0 || runningDrainers < busyDrainers || pendingDrainers > 1 {
             return "negative or impossible counters"
         }
         return nil

@@ -26,7 +26,8 @@ struct Soak: OpsCommand, Sendable {
             .init(name: "no-barriers", value: nil, help: "Generate no barrier blocks (for hunting other bugs while a barrier bug is open)."),
             .init(name: "no-chaos", value: nil, help: "Run without the chaos threads (suspend, resize, cancel, outside waits)."),
             .init(name: "check-invariants", value: nil, help: "Call OperationQueue._checkInvariants() on every queue after every driver step (on by default in debug builds)."),
-            .init(name: "blocking-observers", value: nil, help: "Give some operations an isFinished observer that waits for another operation (off by default: it still stalls now and then)."),
+            .init(name: "blocking-observers", value: nil, help: "Give some operations an isFinished observer that waits (bounded) for an older operation (on by default; the flag is kept for older rerun lines)."),
+            .init(name: "no-blocking-observers", value: nil, help: "Give no operation an isFinished observer that waits for another operation."),
             .init(name: "inject-fault", value: "fault", help: "Inject a deliberate fault into the engine, to see the checks fire: \(StressConfiguration.InjectedFault.allCases.map { String(describing: $0) }.joined(separator: ", "))."),
             .init(name: "describe-operation", value: "index", help: "Print the plan of the first round around this operation, and exit."),
         ],
@@ -60,7 +61,10 @@ struct Soak: OpsCommand, Sendable {
         noBarriers = arguments.flag("no-barriers")
         noChaos = arguments.flag("no-chaos")
         checkInvariants = arguments.flag("check-invariants")
-        blockingObservers = arguments.flag("blocking-observers")
+        if arguments.flag("blocking-observers"), arguments.flag("no-blocking-observers") {
+            throw UsageError("--blocking-observers and --no-blocking-observers contradict each other.")
+        }
+        blockingObservers = !arguments.flag("no-blocking-observers")
         describeOperation = try arguments.integer("describe-operation", as: Int.self)
         if let minutes, !(minutes > 0 && minutes <= Self.maximumMinutes) {
             throw UsageError("--minutes must be a number of minutes above 0 and at most \(Int(Self.maximumMinutes)) (a year); got \(minutes).")
@@ -158,7 +162,7 @@ struct Soak: OpsCommand, Sendable {
                     print("  … and \(report.violationCount - report.violations.count) more")
                 }
                 if !report.queuesDrained && report.violationCount == 0 { violations += 1 }
-                print("  rerun: swift run -c release ops soak --seed \(roundSeed) --rounds 1 --operations-per-round \(operationsPerRound) --queues \(queues)\(noBarriers ? " --no-barriers" : "")\(noChaos ? " --no-chaos" : "")\(checkInvariants ? " --check-invariants" : "")\(blockingObservers ? " --blocking-observers" : "")")
+                print("  rerun: swift run -c release ops soak --seed \(roundSeed) --rounds 1 --operations-per-round \(operationsPerRound) --queues \(queues)\(noBarriers ? " --no-barriers" : "")\(noChaos ? " --no-chaos" : "")\(checkInvariants ? " --check-invariants" : "")\(blockingObservers ? "" : " --no-blocking-observers")")
             }
         }
         let elapsed = clock.now - started

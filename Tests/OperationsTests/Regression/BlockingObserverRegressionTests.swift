@@ -1,0 +1,180 @@
+// Regression tests for the stalls of `ops soak --blocking-observers` (seeds
+// 777004 and 777009, and most rounds of 20,000 operations): an `isFinished`
+// observer that waits for an older operation of its queue, which stays
+// "pending, in a queue" (or "finished, cancelled, in a queue") although a
+// slot is free.
+//
+// A drain loop told a finished operation's isExecuting/isFinished observers
+// on its own thread before it posted the drain loop it had requested (so
+// that, as in Foundation, a serial queue's next operation starts only after
+// the previous one announced isFinished), and before it handed the other
+// tails of its batch to jobs of their own. Meanwhile the queue's state
+// counted that request as pending, so no other thread could request one:
+// an observer that waited for an operation needing the freed slot waited
+// for a drain loop that nobody would post, and one that waited for another
+// operation of its batch waited for a retirement queued behind itself.
+//
+// Each scenario forces its interleaving with priorities, a suspended queue
+// and cancelled operations (no timing); every wait is bounded.
+
+import Dispatch
+import Synchronization
+import Testing
+@testable import Operations
+
+/// How long an observer in these scenarios waits for another operation:
+/// long enough for any machine once the queue can start it, short enough
+/// that the old stall fails the test quickly.
+private let observerPatience: Duration = .seconds(3)
+
+@Suite("Blocking isFinished observers do not stall their queue (regression)")
+struct BlockingObserverRegressionTests {
+    /// The observer of `later` (high priority, so it starts first) waits for
+    /// `older` (very low priority, ready in the same queue). At width 2, a
+    /// third operation holds the other slot until the end, so `older` can
+    /// only run in the slot `later` leaves.
+    @Test("An isFinished observer that waits for a ready operation needing the slot its operation left does not stall (regression)",
+          arguments: [1, 2])
+    func observerWaitsForOperationNeedingTheFreedSlot(width: Int) {
+        let queue = makeQueue("freed-slot", width: width)
+        queue.isSuspended = true
+        let release = Gate()
+        let holderStarted = Gate()
+        if width == 2 {
+            let holder = BlockOperation {
+                holderStarted.open()
+                release.wait()
+            }
+            holder.queuePriority = .veryHigh
+            queue.addOperation(holder)
+        }
+        let older = BlockOperation {}
+        older.queuePriority = .veryLow
+        let later = BlockOperation {}
+        later.queuePriority = .high
+        let waited = Atomic<Int>(0)
+        let token = later.observe(\.isFinished, options: [.new]) { _, change in
+            guard change.newValue == true else { return }
+            waited.store(older.waitUntilFinished(timeout: observerPatience) ? 1 : 2, ordering: .sequentiallyConsistent)
+        }
+        queue.addOperations([older, later], waitUntilFinished: false)
+        queue.isSuspended = false
+        if width == 2 { #expect(holderStarted.wait()) }
+        #expect(later.waitUntilFinished(timeout: patience))
+        #expect(waited.load(ordering: .sequentiallyConsistent) == 1,
+                "width \(width): the isFinished observer's wait for an operation ready in its queue timed out (\(queue.diagnostics()))")
+        release.open()
+        #expect(queue.waitUntilAllOperationsAreFinished(timeout: patience))
+        expectQueueInvariants(queue)
+        token.invalidate()
+    }
+
+    /// Two cancelled operations are retired by one drain loop in one batch;
+    /// the observer of the second waits for the first. With `targetHasTail`,
+    /// the first has a completion block, so its retirement is a tail too.
+    @Test("An isFinished observer that waits for another operation retired in the same batch does not stall (regression)",
+          arguments: [false, true])
+    func observerWaitsForBatchMate(targetHasTail: Bool) {
+        let queue = makeQueue("batch", width: 1)
+        queue.isSuspended = true
+        let first = BlockOperation {}
+        let second = BlockOperation {}
+        let completed = Gate()
+        if targetHasTail { first.completionBlock = { completed.open() } }
+        let waited = Atomic<Int>(0)
+        let token = second.observe(\.isFinished, options: [.new]) { _, change in
+            guard change.newValue == true else { return }
+            waited.store(first.waitUntilFinished(timeout: observerPatience) ? 1 : 2, ordering: .sequentiallyConsistent)
+        }
+        first.cancel()
+        second.cancel()
+        queue.addOperations([first, second], waitUntilFinished: false)
+        queue.isSuspended = false
+        #expect(second.waitUntilFinished(timeout: patience))
+        #expect(waited.load(ordering: .sequentiallyConsistent) == 1,
+                "completion block \(targetHasTail): the isFinished observer's wait for an operation of its batch timed out")
+        if targetHasTail { #expect(completed.wait()) }
+        #expect(queue.waitUntilAllOperationsAreFinished(timeout: patience))
+        expectQueueInvariants(queue)
+        token.invalidate()
+    }
+
+    /// What the fix must keep: on a serial queue, the next operation starts
+    /// only after the previous one's isFinished observers have returned
+    /// (Foundation's order), when they do not wait in the library.
+    @Test("On a serial queue, the next operation starts only after the previous one's isFinished observers returned")
+    func serialQueueKeepsFoundationOrder() {
+        let queue = makeQueue("order", width: 1)
+        queue.isSuspended = true
+        let secondStarted = Gate()
+        let first = BlockOperation {}
+        let second = BlockOperation { secondStarted.open() }
+        let startedDuringObserver = Atomic<Int>(0)
+        let token = first.observe(\.isFinished, options: [.new]) { _, change in
+            guard change.newValue == true else { return }
+            // Not a library wait: the observer keeps the slot meanwhile.
+            startedDuringObserver.store(secondStarted.wait(timeout: .milliseconds(200)) ? 1 : 2, ordering: .sequentiallyConsistent)
+        }
+        queue.addOperations([first, second], waitUntilFinished: false)
+        queue.isSuspended = false
+        #expect(queue.waitUntilAllOperationsAreFinished(timeout: patience))
+        #expect(startedDuringObserver.load(ordering: .sequentiallyConsistent) == 2,
+                "the next operation started while the previous one's isFinished observer ran")
+        expectQueueInvariants(queue)
+        token.invalidate()
+    }
+}
+
+// MARK: - Tails of async bodies
+
+/// The isFinished observers and completion blocks of operations with
+/// `async` bodies (`ResultOperation`) ran on the task that ran the body, a
+/// thread of Swift's cooperative pool. They are synchronous code, where a
+/// blocking wait is allowed; but a blocked cooperative thread is one that no
+/// task can use, and the pool does not grow: once as many tails as it has
+/// threads waited, no `async` body could start, including the one they
+/// waited for (in the soak: a serial queue's executing `ResultOperation`
+/// whose body never began, "body starts 0", with older operations pending
+/// behind it).
+///
+/// More blockers than the cooperative pool has threads: half wait from an
+/// isFinished observer, half from a completion block, each for `target`,
+/// which is added once they have begun (or after a bounded pause).
+func scenarioTailsOfAsyncBodiesWaitForAnAsyncBody() {
+    let blockers = Platform.processorCount + 2
+    let queue = makeQueue("async-tails")
+    let target = ResultOperation<Int, Never> { () async -> Int in 7 }
+    let entered = Latch(count: blockers)
+    let waited = Counter()
+    let wait: @Sendable () -> Void = {
+        entered.countDown()
+        if target.waitUntilFinished(timeout: .seconds(3)) { waited.increment() }
+    }
+    var tokens: [KeyValueObservation] = []
+    for index in 0..<blockers {
+        let operation = ResultOperation<Int, Never> { () async -> Int in index }
+        if index.isMultiple(of: 2) {
+            operation.completionBlock = wait
+        } else {
+            tokens.append(operation.observe(\.isFinished, options: [.new]) { _, change in
+                if change.newValue == true { wait() }
+            })
+        }
+        queue.addOperation(operation)
+    }
+    let allEntered = entered.wait(timeout: .seconds(2))
+    queue.addOperation(target)
+    #expect(target.waitUntilFinished(timeout: patience), "the async body of the operation the tails wait for never ran")
+    #expect(queue.waitUntilAllOperationsAreFinished(timeout: patience))
+    #expect(allEntered, "not every tail began: the ones that did hold every thread of the cooperative pool")
+    #expect(waited.count == blockers, "\(blockers - waited.count) of \(blockers) tails timed out waiting for an async body")
+    for token in tokens { token.invalidate() }
+}
+
+@Suite("Tails of async bodies do not block Swift's cooperative pool (regression)")
+struct AsyncBodyTailRegressionTests {
+    @Test("isFinished observers and completion blocks of operations with async bodies may wait for another async body (regression)")
+    func tailsOfAsyncBodiesMayWait() async {
+        await #expect(processExitsWith: .success) { scenarioTailsOfAsyncBodiesWaitForAnAsyncBody() }
+    }
+}
