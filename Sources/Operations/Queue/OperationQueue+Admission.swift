@@ -88,10 +88,13 @@ extension OperationQueue {
         // already have started the operation: the event carries the time of
         // the add itself.
         let addedAt: ContinuousClock.Instant? = instrumented ? .now : nil
-        let collect = collecting || tracing || instrumented
+        let collect = collecting || instrumented
         var accepted: [Operation] = []
         var refused: [(Operation, OperationState.EnqueueRefusal, OperationQueue?)] = []
         var customReadiness: [Operation] = []
+        // With the recorder on: each linked operation, when, and whether it
+        // was ready then.
+        var traced: [(Operation, UInt64, Bool)] = []
         var next = operations.startIndex
         var linked = 0
         while next != operations.endIndex {
@@ -131,7 +134,6 @@ extension OperationQueue {
                 emitLocked(.added(operation))
                 linked += 1
                 if collect { accepted.append(operation) }
-                if tracing { TraceRecorder.shared.record(.added, operation, queue: self) }
                 if barrier {
                     state.barrierLinked(operation)
                 } else if custom {
@@ -140,8 +142,9 @@ extension OperationQueue {
                     let current = operation.loadState()
                     state.apply(operation, ready: current.isBaseReady, cancelled: current.isCancelled)
                 }
-                if tracing, operation.queueLink.lane != QueueLink.noLane {
-                    TraceRecorder.shared.record(.ready, operation, queue: self)
+                if tracing {
+                    // Recorded after unlocking, with the time of the add.
+                    traced.append((operation, monotonicNanoseconds(), operation.queueLink.lane != QueueLink.noLane))
                 }
             }
             let effects = takeEffectsLocked()
@@ -153,7 +156,11 @@ extension OperationQueue {
         }
         for operation in customReadiness { memberReadinessMayHaveChanged(operation) }
         if tracing {
-            for operation in accepted { TraceRecorder.shared.describe(operation, queue: self) }
+            for (operation, time, ready) in traced {
+                TraceRecorder.shared.record(.added, operation, queue: self, at: time)
+                if ready { TraceRecorder.shared.record(.ready, operation, queue: self, at: time) }
+                TraceRecorder.shared.describe(operation, queue: self)
+            }
         }
         if let addedAt {
             for operation in accepted {

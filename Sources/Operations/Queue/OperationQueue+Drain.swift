@@ -96,10 +96,6 @@ extension OperationQueue {
                     state.popCancelled(upTo: 63, into: &cancelledBatch)
                     for operation in cancelledBatch { emitLocked(.started(operation)) }
                 }
-                if TraceRecorder.isActive {
-                    TraceRecorder.shared.record(.started, next, queue: self)
-                    for operation in cancelledBatch { TraceRecorder.shared.record(.started, operation, queue: self) }
-                }
             } else if userTail {
                 // The tail (observers, completion blocks) is user code that
                 // may block, for example waiting for the next operation: the
@@ -174,6 +170,10 @@ extension OperationQueue {
             if let worker {
                 let qos = operation.loadState().qosIndex
                 worker.applyQualityOfService(index: qos == 2 ? queueQoS : qos)
+            }
+            if TraceRecorder.isActive {
+                TraceRecorder.shared.record(.started, operation, queue: self)
+                for cancelled in cancelledBatch { TraceRecorder.shared.record(.started, cancelled, queue: self) }
             }
             if OperationInstrumentation.isActive {
                 OperationInstrumentation.emit(.started, operation, queue: self)

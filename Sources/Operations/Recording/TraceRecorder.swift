@@ -183,10 +183,10 @@ final class TraceRecorder: @unchecked Sendable {
 
     /// Records `kind` for `operation` (and `queue`). Call only when
     /// `isActive`; never calls user code (names are read by the caller).
-    func record(_ kind: RawEvent.Kind, _ operation: Operation?, queue: OperationQueue?, values: (Int32, Int32, Int32) = (0, 0, 0)) {
+    func record(_ kind: RawEvent.Kind, _ operation: Operation?, queue: OperationQueue?, values: (Int32, Int32, Int32) = (0, 0, 0), at time: UInt64? = nil) {
         let buffer = buffer()
         let event = RawEvent(
-            time: monotonicNanoseconds(),
+            time: time ?? monotonicNanoseconds(),
             kind: kind,
             operation: operation.map { UInt(bitPattern: ObjectIdentifier($0)) } ?? 0,
             queue: queue.map { UInt(bitPattern: ObjectIdentifier($0)) } ?? 0,
