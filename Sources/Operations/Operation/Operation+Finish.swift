@@ -66,7 +66,7 @@ extension Operation {
             guard state.beginFinishing() else { return (nil, []) }
             if storedDependents.isEmpty, storedDependencies.isEmpty, extras == nil, keys.isEmpty {
                 // The plain case: nothing to release, run or announce.
-                return (FinishPlan(plain: self, queue: membership), [])
+                return (FinishPlan(operation: self, dependents: .empty, registered: .empty, completion: nil, queue: membership, keys: []), [])
             }
             var dependents = OperationList.empty
             if !storedDependents.isEmpty {
@@ -189,15 +189,6 @@ struct FinishPlan {
         } else {
             details = FinishDetails(dependents: dependents, registered: registered, completion: completion, keys: keys)
         }
-        instrumented = OperationInstrumentation.isActive
-    }
-
-    /// The plan of an operation with no dependents, dependencies,
-    /// completion block or owed announcements.
-    init(plain operation: Operation, queue: Unmanaged<OperationQueue>?) {
-        self.operation = operation
-        self.queue = queue
-        details = nil
         instrumented = OperationInstrumentation.isActive
     }
 
