@@ -79,7 +79,7 @@ extension Operation {
     /// are told once the locks are released.
     struct ReadinessLoss {
         private var queue: OperationQueue?
-        private var time: ContinuousClock.Instant?
+        private var time: OperationInstrumentation.Stamp?
 
         /// Records the loss. Call with the operation's lock held, right
         /// after the change, so that the time orders it among the
@@ -88,7 +88,7 @@ extension Operation {
             // Only an operation in a queue: before it is added, its readiness
             // is read when it is added.
             queue = operation.queueForNews(state)
-            if queue != nil, OperationInstrumentation.isActive { time = .now }
+            if queue != nil, OperationInstrumentation.isActive { time = OperationInstrumentation.Stamp() }
         }
 
         /// Tells the queue or the instruments. Call with no lock held.
@@ -100,7 +100,7 @@ extension Operation {
                 // on the `isReady` notification that `addDependency` posts.
                 queue.memberReadinessMayHaveChanged(operation)
             } else if let time {
-                OperationInstrumentation.emit(.notReady, operation, queue: queue, at: time)
+                OperationInstrumentation.emit(.notReady, operation, queue: queue, at: time.time)
             }
         }
     }
@@ -118,12 +118,12 @@ extension Operation {
         var removed: Operation?
         var becameReady = false
         var queue: OperationQueue?
-        var readyAt: ContinuousClock.Instant?
+        var readyAt: OperationInstrumentation.Stamp?
         func detach(_ state: inout OperationState, counted: Bool) {
             if counted, state.removeUnfinishedDependency() {
                 becameReady = true
                 queue = queueForNews(state)
-                if OperationInstrumentation.isActive { readyAt = .now }
+                if OperationInstrumentation.isActive { readyAt = OperationInstrumentation.Stamp() }
             }
         }
         if dependency === self {
@@ -144,7 +144,7 @@ extension Operation {
         if !keys.isEmpty { notifyDidChange(keys) }
         withExtendedLifetime(removed) {}
         // An `isReady` override is reported by the queue, when it re-reads it.
-        if let readyAt, !overrides(.isReady) { OperationInstrumentation.emit(.ready, self, queue: queue, at: readyAt) }
+        if let readyAt, !overrides(.isReady) { OperationInstrumentation.emit(.ready, self, queue: queue, at: readyAt.time) }
         if becameReady { queue?.memberReadinessMayHaveChanged(self) }
     }
 
@@ -188,13 +188,13 @@ extension Operation {
         if announce { notifyWillChange(["isReady"]) }
         var news = ReadinessNews.none
         var becameReady = false
-        var readyAt: ContinuousClock.Instant?
+        var readyAt: OperationInstrumentation.Stamp?
         withStateLock { state in
             guard state.removeUnfinishedDependency() else { return }
             becameReady = true
             // Taken under the lock: the times order this operation's
             // readiness changes as they happened.
-            if OperationInstrumentation.isActive { readyAt = .now }
+            if OperationInstrumentation.isActive { readyAt = OperationInstrumentation.Stamp() }
             guard state.isEnqueued, !state.isRetired, let owner = membership else { return }
             // Whether readiness is user code comes from the class, not from
             // `queueLink`: that record belongs to the queue and is written
@@ -218,7 +218,7 @@ extension Operation {
             case .readyInCallerQueue: callerQueue
             case .ready(let owner): owner
             }
-            OperationInstrumentation.emit(.ready, self, queue: queue, at: readyAt)
+            OperationInstrumentation.emit(.ready, self, queue: queue, at: readyAt.time)
         }
         return news
     }

@@ -21,13 +21,13 @@ extension Operation {
         if observed { notifyWillChange(keys) }
         var handlers: [@Sendable () -> Void] = []
         var queue: OperationQueue?
-        var readyAt: ContinuousClock.Instant?
+        var readyAt: OperationInstrumentation.Stamp?
         let changed = withStateLock { state -> Bool in
             let outcome = state.cancel()
             guard outcome.changed else { return false }
             // Cancelling makes a waiting operation ready (as its base state);
             // timed under the lock, like its other readiness changes.
-            if !outcome.wasReady, state.countsDependencies, OperationInstrumentation.isActive { readyAt = .now }
+            if !outcome.wasReady, state.countsDependencies, OperationInstrumentation.isActive { readyAt = OperationInstrumentation.Stamp() }
             if state.takeCancellationHandling(), let extras {
                 handlers = extras.cancellationHandlers
                 extras.cancellationHandlers = []
@@ -41,7 +41,7 @@ extension Operation {
         if TraceRecorder.isActive { TraceRecorder.shared.record(.cancelled, self, queue: nil) }
         if OperationInstrumentation.isActive { OperationInstrumentation.emit(.cancelled, self, queue: queue) }
         // An `isReady` override is reported by the queue, when it re-reads it.
-        if let readyAt, !overrides(.isReady) { OperationInstrumentation.emit(.ready, self, queue: queue, at: readyAt) }
+        if let readyAt, !overrides(.isReady) { OperationInstrumentation.emit(.ready, self, queue: queue, at: readyAt.time) }
         for handler in handlers { handler() }
         return queue
     }

@@ -158,9 +158,11 @@ extension Operation {
 /// What remains to do after an operation was marked finished: steps 2 to 6
 /// of the retirement path. Created by `Operation.beginFinish`; used once.
 ///
-/// Three references and a flag, so that the plain case (no dependents, no
-/// completion block, no observers) copies cheaply through the drain loop;
-/// everything else lives in a `FinishDetails` object, made only when needed.
+/// A few references and a flag, so that the plain case (no dependents, no
+/// completion block, no observers) copies cheaply through the drain loop.
+/// A single dependent (a chain's next link, a fan-in's sink) is held
+/// directly; everything else lives in a `FinishDetails` object, made only
+/// when needed.
 struct FinishPlan {
     /// The finished operation, held until step 5 is done. The drain loop
     /// reads it to remove it from the queue.
@@ -169,8 +171,10 @@ struct FinishPlan {
     /// operation is a member, and while a retirement it counted is in flight.
     let queue: Unmanaged<OperationQueue>?
     /// Dependents, dependencies still to leave, completion block and owed
-    /// announcements; nil when there are none.
+    /// announcements; nil when there are none or only `soleDependent`.
     private let details: FinishDetails?
+    /// The one dependent, when it is all there is to release.
+    private let soleDependent: Operation?
     /// Whether instruments were installed when the operation finished.
     private let instrumented: Bool
 
@@ -184,10 +188,12 @@ struct FinishPlan {
     ) {
         self.operation = operation
         self.queue = queue
-        if dependents.isEmpty, registered.isEmpty, completion == nil, keys.isEmpty {
+        if registered.isEmpty, completion == nil, keys.isEmpty, dependents.count <= 1 {
             details = nil
+            if case .one(let dependent) = dependents { soleDependent = dependent } else { soleDependent = nil }
         } else {
             details = FinishDetails(dependents: dependents, registered: registered, completion: completion, keys: keys)
+            soleDependent = nil
         }
         instrumented = OperationInstrumentation.isActive
     }
@@ -208,7 +214,10 @@ struct FinishPlan {
     /// counts the retirement as in flight until it is complete, so that its
     /// waiters wake only after this plan has let go of the operation.
     consuming func run() {
-        if details != nil { _ = releaseDependents(collectingFor: nil) }
+        if details != nil || soleDependent != nil {
+            var none: [Operation] = []
+            releaseDependents(collectingFor: nil, into: &none)
+        }
         if let queue {
             queue._withUnsafeGuaranteedRef { $0.memberFinished(operation, retirementPending: true) }
         }
@@ -216,12 +225,19 @@ struct FinishPlan {
     }
 
     /// Step 2. Dependents that became ready and belong to `queue` (whose
-    /// readiness is the base state) are returned for the caller to admit
-    /// under its own lock; others are handed to their queues.
-    func releaseDependents(collectingFor queue: OperationQueue?) -> [Operation] {
+    /// readiness is the base state) are appended to `readied` for the caller
+    /// to admit under its own lock; others are handed to their queues.
+    /// Appending to the caller's array (kept across a drain loop's
+    /// iterations) costs no allocation per finished operation.
+    @inline(__always)
+    func releaseDependents(collectingFor queue: OperationQueue?, into readied: inout [Operation]) {
+        if let soleDependent {
+            FinishDetails.release(soleDependent, of: operation, collectingFor: queue, into: &readied)
+            return
+        }
         // Most operations have no dependents and left no dependency's list.
-        guard let details else { return [] }
-        return details.releaseDependents(of: operation, collectingFor: queue)
+        guard let details else { return }
+        details.releaseDependents(of: operation, collectingFor: queue, into: &readied)
     }
 
     /// Step 4, first half: the did-change announcements owed to the
@@ -307,27 +323,32 @@ final class FinishDetails {
     }
 
     /// See `FinishPlan.releaseDependents(collectingFor:)`.
-    func releaseDependents(of operation: Operation, collectingFor queue: OperationQueue?) -> [Operation] {
+    func releaseDependents(of operation: Operation, collectingFor queue: OperationQueue?, into readied: inout [Operation]) {
         if !registered.isEmpty {
             registered.forEach { dependency in
                 dependency.withStateLock { _ in _ = dependency.storedDependents.remove(operation) }
             }
             registered = .empty
         }
-        guard !dependents.isEmpty else { return [] }
-        var collected: [Operation] = []
+        guard !dependents.isEmpty else { return }
         let taken = dependents.take()
         taken.forEach { dependent in
-            switch dependent.dependencyDidFinish(operation, callerQueue: queue) {
-            case .none:
-                break
-            case .readyInCallerQueue:
-                collected.append(dependent)
-            case .ready(let other):
-                other.memberReadinessMayHaveChanged(dependent)
-            }
+            Self.release(dependent, of: operation, collectingFor: queue, into: &readied)
         }
-        return collected
+    }
+
+    /// Tells `dependent` that `operation` finished; see
+    /// `FinishPlan.releaseDependents(collectingFor:into:)`.
+    @inline(__always)
+    static func release(_ dependent: Operation, of operation: Operation, collectingFor queue: OperationQueue?, into readied: inout [Operation]) {
+        switch dependent.dependencyDidFinish(operation, callerQueue: queue) {
+        case .none:
+            break
+        case .readyInCallerQueue:
+            readied.append(dependent)
+        case .ready(let other):
+            other.memberReadinessMayHaveChanged(dependent)
+        }
     }
 }
 

@@ -116,9 +116,11 @@ enum OperationList: Sendable {
 /// every entry points to valid memory (possibly an operation being
 /// deinitialized, which `Operation.retainDependent` turns into nil).
 ///
-/// Removal is O(1): small lists are scanned, large ones keep a position
-/// index, so tearing down a huge fan-out in any order is linear. Not
-/// thread-safe: the owner's lock guards it.
+/// Removal is O(1) amortized: small lists are scanned, large ones build a
+/// position index the first time they are searched, so tearing down a huge
+/// fan-out in any order is linear, while building one (which never
+/// searches the list) costs one array append per edge. Not thread-safe: the
+/// owner's lock guards it.
 enum DependentList {
     case empty
     case one(Unmanaged<Operation>)
@@ -152,7 +154,7 @@ enum DependentList {
         case .empty:
             self = .one(entry)
         case .one(let only):
-            self = .many(DependentArray([only, entry]))
+            self = .many(DependentArray(only, entry))
         case .many(let array):
             array.append(entry)
         }
@@ -200,16 +202,19 @@ final class DependentArray {
     /// Index of the first entry that may be live.
     private var start = 0
     private(set) var live: Int
-    /// Positions of entries, built when the list grows past `indexThreshold`.
+    /// Positions of entries, built when a list longer than `indexThreshold`
+    /// is first searched, and kept up to date from then on.
     private var positions: [UnsafeMutableRawPointer: Int]?
 
     private static let indexThreshold = 32
 
-    init(_ initial: [Unmanaged<Operation>]) {
+    /// A list of two entries, with room for two more (no temporary array).
+    init(_ first: Unmanaged<Operation>, _ second: Unmanaged<Operation>) {
         entries = []
-        entries.reserveCapacity(max(4, initial.count))
-        entries.append(contentsOf: initial.map { Optional($0.toOpaque()) })
-        live = initial.count
+        entries.reserveCapacity(4)
+        entries.append(first.toOpaque())
+        entries.append(second.toOpaque())
+        live = 2
     }
 
     func append(_ entry: Unmanaged<Operation>) {
@@ -217,15 +222,22 @@ final class DependentArray {
         positions?[opaque] = entries.count
         entries.append(opaque)
         live += 1
+    }
+
+    /// Builds the index if the list is long enough to need one.
+    @inline(__always)
+    private func indexIfLong() {
         if positions == nil, live > Self.indexThreshold { buildIndex() }
     }
 
     func contains(_ opaque: UnsafeMutableRawPointer) -> Bool {
+        indexIfLong()
         if let positions { return positions[opaque] != nil }
         return position(of: opaque) != nil
     }
 
     func remove(_ opaque: UnsafeMutableRawPointer) -> Bool {
+        indexIfLong()
         let found: Int?
         if positions != nil {
             found = positions?.removeValue(forKey: opaque)
@@ -238,7 +250,7 @@ final class DependentArray {
         while start < entries.count, entries[start] == nil { start += 1 }
         if start > 32, start * 2 > entries.count {
             compact()
-        } else if positions != nil, entries.count > 64, live * 4 < entries.count {
+        } else if entries.count > 64, live * 4 < entries.count {
             // Holes in the middle (removal in another order): compacting
             // after three quarters are gone keeps removal O(1) amortized.
             compact()
@@ -263,14 +275,11 @@ final class DependentArray {
         return nil
     }
 
-    /// Drops the holes before `start` (and all holes if indexed).
+    /// Drops the holes (and rebuilds the index, if there is one).
     private func compact() {
-        entries.removeFirst(start)
+        entries.removeAll { $0 == nil }
         start = 0
-        if positions != nil {
-            entries.removeAll { $0 == nil }
-            buildIndex()
-        }
+        if positions != nil { buildIndex() }
     }
 
     private func buildIndex() {

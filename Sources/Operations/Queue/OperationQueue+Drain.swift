@@ -203,8 +203,7 @@ extension OperationQueue {
     /// its dependents and keeps its plan for the loop to retire.
     private func run(_ operation: Operation, customStart: Bool, finishes: inout [FinishPlan?], readied: inout [Operation]) {
         guard let plan = operation.startFromQueue(customStart: customStart) else { return }
-        let released = plan.releaseDependents(collectingFor: self)
-        if !released.isEmpty { readied += released }
+        plan.releaseDependents(collectingFor: self, into: &readied)
         finishes.append(plan)
     }
 

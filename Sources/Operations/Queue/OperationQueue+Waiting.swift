@@ -108,7 +108,8 @@ extension OperationQueue {
             context.queueReference = Unmanaged.passUnretained(self)
             var plan = operation.startFromQueue(customStart: customStart)
             context.queueReference = savedQueue
-            var readied = plan?.releaseDependents(collectingFor: self) ?? []
+            var readied: [Operation] = []
+            plan?.releaseDependents(collectingFor: self, into: &readied)
             lock.lock()
             state.drainerBusy(false)
             state.drainerStopped()

@@ -85,6 +85,18 @@ public enum OperationInstrumentation {
         withExtendedLifetime(removed) {}
     }
 
+    /// The time of an event, taken only when an instrument is installed.
+    ///
+    /// Hot paths keep it as an optional reference rather than an optional
+    /// `ContinuousClock.Instant`: the instant's layout is not fixed at
+    /// compile time, so every copy and test of an optional instant goes
+    /// through runtime value witnesses even when no instrument is on, while
+    /// a nil reference costs one comparison.
+    final class Stamp: Sendable {
+        let time: ContinuousClock.Instant
+        init() { time = .now }
+    }
+
     /// Whether an instrument is installed: the one load every hook pays.
     @inline(__always)
     static var isActive: Bool { installed.load(ordering: .relaxed) }

@@ -118,11 +118,20 @@ public struct OperationMisuse: Error, Sendable, CustomStringConvertible {
     /// searches the graph reachable from the new dependency, so it costs
     /// O(V + E) per `addDependency` while on.
     public static var reportsDependencyCycles: Bool {
-        get { scopedCycleReporting ?? cycleReporting.load(ordering: .relaxed) }
+        get {
+            // The task-local read costs more than the rest of an
+            // `addDependency`: it is skipped until a scope has been used.
+            // (Sticky, not a count of open scopes: a task created in a scope
+            // keeps its value after the scope ends.)
+            if cycleScopesUsed.load(ordering: .relaxed), let scoped = scopedCycleReporting { return scoped }
+            return cycleReporting.load(ordering: .relaxed)
+        }
         set { cycleReporting.store(newValue, ordering: .relaxed) }
     }
 
     @TaskLocal private static var scopedCycleReporting: Bool?
+    /// Set once `withDependencyCycleReporting` has been called.
+    private static let cycleScopesUsed = Atomic<Bool>(false)
 
     /// Runs `body` with ``reportsDependencyCycles`` set to `enabled` for the
     /// current task or thread (and tasks it creates) only: the scoped form,
@@ -132,7 +141,8 @@ public struct OperationMisuse: Error, Sendable, CustomStringConvertible {
         _ enabled: Bool = true,
         _ body: () throws -> R
     ) rethrows -> R {
-        try $scopedCycleReporting.withValue(enabled, operation: body)
+        cycleScopesUsed.store(true, ordering: .relaxed)
+        return try $scopedCycleReporting.withValue(enabled, operation: body)
     }
 
     /// Runs `body` with `handler` receiving the misuses detected on this
