@@ -28,6 +28,34 @@ struct BlockingTests {
         #expect(workersSeen.value >= count)
     }
 
+    @Test("many short blocking operations (each waits 2 ms, so workers complete operations all the time): more run at once than there are cores")
+    func poolGrowsForShortBlockingOperations() {
+        let cores = WorkerPool.shared.targetConcurrency
+        let count = max(1_000, cores * 100)
+        let tracker = ConcurrencyTracker()
+        let finished = Counter()
+        // Opens when more bodies than cores run at once, or when all have
+        // finished without that happening (the failure).
+        let done = Gate()
+        let queue = makeQueue("short-blocking")
+        for _ in 0..<count {
+            queue.addOperation {
+                tracker.enter()
+                if tracker.running > cores { done.open() }
+                // The blocking under test: a semaphore wait that times out
+                // after 2 ms, or ends at once when the pool has grown (so
+                // that the remaining operations then finish quickly).
+                _ = done.wait(timeout: .milliseconds(2))
+                tracker.leave()
+                if finished.increment() == count { done.open() }
+            }
+        }
+        #expect(done.wait(timeout: patience * 2))
+        queue.cancelAllOperations()
+        #expect(queue.waitUntilAllOperationsAreFinished(timeout: patience))
+        #expect(tracker.maximum > cores, "at most \(tracker.maximum) of \(count) operations that each block for 2 ms ran at once on \(cores) cores")
+    }
+
     @Test("operations waiting (waitUntilFinished) for operations queued after them on the same concurrent queue")
     func waitsForLaterOperations() {
         let count = 8

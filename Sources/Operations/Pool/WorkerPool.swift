@@ -22,13 +22,35 @@ protocol PoolJob: AnyObject, Sendable {
 /// *running*. A worker that blocks does not count:
 /// - inside the library's own waits (`waitUntilFinished`, waiting for a
 ///   queue), the wait tells the pool at once (`blocking(_:)`);
-/// - elsewhere (sleep, I/O, locks), a monitor thread notices that a worker
-///   made no progress for one tick (10 ms) while its thread is sleeping in
-///   the kernel, and counts it as blocked.
+/// - elsewhere (sleep, I/O, locks), a monitor thread, which ticks every
+///   10 ms while jobs wait for capacity, notices it and counts the worker as
+///   blocked.
 /// Either way the pool hands queued jobs to another worker, creating one if
 /// needed (up to `maximumWorkers`), so blocking operations cannot stall the
 /// process, as with Dispatch. Workers beyond the target exit after being
 /// idle for a while.
+///
+/// How the monitor decides that a worker is blocked:
+/// - Linux (sleep-share rule): from the kernel's scheduler statistics
+///   (`/proc/self/task/<tid>/schedstat`: nanoseconds on a processor plus
+///   nanoseconds runnable, waiting for one), the share of the last tick the
+///   worker's thread was busy while it held jobs. Less than 1/2 busy means
+///   mostly asleep: counted as blocked at once if the worker also completed
+///   nothing during the tick (it may wait for the jobs that wait), and
+///   otherwise (many short blocking operations, as 2 ms sleeps in a row)
+///   one such worker per tick, beyond twice the target only while the
+///   pool's busy shares add up to less than half a processor (a contended
+///   lock keeps one processor busy, and more threads would not help).
+///   A counted worker keeps the count across jobs it takes back to back (a
+///   drain loop hands its worker back every time slice), and stops counting
+///   once busy for more than 3/4 of a tick, or when it runs out of jobs.
+///   Short lock waits and waiting for a processor keep a worker busy, so CPU
+///   work does not grow the pool. The monitor keeps ticking while any
+///   worker is so counted, to notice when it stops blocking.
+/// - Elsewhere, or when the kernel keeps no such statistics (progress
+///   rule): a worker that completed nothing for a whole tick and whose
+///   thread sleeps in the kernel when looked at (`/proc/.../stat` state `S`
+///   or `D`, Linux only) is counted as blocked until it completes something.
 ///
 /// ## Order
 /// Jobs wait in five lanes, one per quality of service; workers take from
@@ -83,8 +105,13 @@ final class WorkerPool: @unchecked Sendable {
     private var spinning = 0
     /// Workers holding a job, running or blocked.
     private var active = 0
-    /// Active workers known to be blocked.
+    /// Active workers known to be blocked: in a managed block, or detected
+    /// by the monitor.
     private var blocked = 0
+    /// Active workers detected as blocked by the monitor (part of `blocked`).
+    private var detected = 0
+    /// The most workers that existed at once.
+    private var peakWorkers = 0
     private var workers: [Worker] = []
     private var nextWorkerIndex = 0
     private var monitorStarted = false
@@ -99,6 +126,11 @@ final class WorkerPool: @unchecked Sendable {
     /// The nice value of the process when the pool started, which workers
     /// return to.
     let baseNice: Int32 = Platform.currentNice() ?? 0
+
+    /// Whether the monitor judges workers by the share of each tick their
+    /// thread slept (Linux, from the kernel's scheduler statistics), rather
+    /// than by whether they completed anything during the tick.
+    let samplesSleepShare = Platform.providesThreadBusyTime
 
     private init() {
         spareCapacity.store(targetConcurrency, ordering: .relaxed)
@@ -128,13 +160,16 @@ final class WorkerPool: @unchecked Sendable {
             if let worker = parked.popLast() {
                 worker.handedJob = dequeueLocked()
                 worker.isParked = false
+                worker.holdsJob = true
                 active += 1
                 wake.append(worker)
             } else if workers.count < maximumWorkersValue {
                 let worker = Worker(index: nextWorkerIndex, pool: self)
                 nextWorkerIndex += 1
                 worker.handedJob = dequeueLocked()
+                worker.holdsJob = true
                 workers.append(worker)
+                peakWorkers = max(peakWorkers, workers.count)
                 active += 1
                 spawn.append(worker)
             } else {
@@ -144,14 +179,32 @@ final class WorkerPool: @unchecked Sendable {
         }
         if queuedJobs > 0, active - blocked >= targetConcurrency {
             // Work is waiting for capacity: let the monitor look for blocked workers.
-            if !monitorStarted {
-                monitorStarted = true
-                startMonitor()
-            } else if monitorIdle {
-                monitorIdle = false
-                monitorSignal.signal()
-            }
+            wakeMonitorLocked()
         }
+    }
+
+    private func wakeMonitorLocked() {
+        if !monitorStarted {
+            monitorStarted = true
+            startMonitor()
+        } else if monitorIdle {
+            monitorIdle = false
+            monitorSignal.signal()
+        }
+    }
+
+    /// Counts `worker`, which holds a job, as blocked (detected, not a
+    /// managed block).
+    private func markBlockedLocked(_ worker: Worker) {
+        worker.detectedBlocked.store(true, ordering: .relaxed)
+        blocked += 1
+        detected += 1
+    }
+
+    private func unmarkBlockedLocked(_ worker: Worker) {
+        worker.detectedBlocked.store(false, ordering: .relaxed)
+        blocked -= 1
+        detected -= 1
     }
 
     /// Work waits because every worker up to the ceiling exists and the
@@ -204,7 +257,10 @@ final class WorkerPool: @unchecked Sendable {
         var spawn: [Worker] = []
         var wake: [Worker] = []
         lock.withLock {
+            // Counted once: as in a managed block, no longer as detected.
+            if worker.detectedBlocked.load(ordering: .relaxed) { unmarkBlockedLocked(worker) }
             worker.isInManagedBlock = true
+            worker.activityEpoch &+= 1
             blocked += 1
             dispatchLocked(wake: &wake, spawn: &spawn)
             updateMirrorsLocked()
@@ -214,6 +270,7 @@ final class WorkerPool: @unchecked Sendable {
         let result = body()
         lock.withLock {
             worker.isInManagedBlock = false
+            worker.activityEpoch &+= 1
             blocked -= 1
             updateMirrorsLocked()
         }
@@ -221,13 +278,15 @@ final class WorkerPool: @unchecked Sendable {
     }
 
     /// Called by a worker that was counted as blocked by the monitor and has
-    /// since made progress.
+    /// since made progress. Under the progress rule, that ends the count;
+    /// under the sleep-share rule (Linux), completing an operation says
+    /// nothing about whether the next one sleeps too, and the monitor ends
+    /// the count when the worker stops sleeping.
     func workerMadeProgress(_ worker: Worker) {
-        guard worker.detectedBlocked.load(ordering: .relaxed) else { return }
+        guard !samplesSleepShare, worker.detectedBlocked.load(ordering: .relaxed) else { return }
         lock.withLock {
             if worker.detectedBlocked.load(ordering: .relaxed) {
-                worker.detectedBlocked.store(false, ordering: .relaxed)
-                blocked -= 1
+                unmarkBlockedLocked(worker)
                 updateMirrorsLocked()
             }
         }
@@ -239,11 +298,18 @@ final class WorkerPool: @unchecked Sendable {
     /// next job, parking until there is one, or nil when it should exit.
     func nextJob(for worker: Worker, finishedJob: Bool) -> (PoolJob, Int)? {
         lock.lock()
+        // Under the sleep-share rule, a worker detected as blocked that goes
+        // straight on to another job stays counted as blocked (the monitor
+        // re-checks it every tick): a queue's drain loop gives its worker
+        // back every time slice, and clearing the count each time would
+        // undo the growth that the blocking earned.
+        var keepsBlockedCount = false
         if finishedJob {
             active -= 1
+            worker.holdsJob = false
             if worker.detectedBlocked.load(ordering: .relaxed) {
-                worker.detectedBlocked.store(false, ordering: .relaxed)
-                blocked -= 1
+                unmarkBlockedLocked(worker)
+                keepsBlockedCount = samplesSleepShare
             }
             if worker.retireAfterCurrentJob {
                 workers.removeAll { $0 === worker }
@@ -258,8 +324,10 @@ final class WorkerPool: @unchecked Sendable {
             return handed
         }
         while true {
-            if queuedJobs > 0, active - blocked < targetConcurrency, let job = dequeueLocked() {
+            if queuedJobs > 0, keepsBlockedCount || active - blocked < targetConcurrency, let job = dequeueLocked() {
                 active += 1
+                worker.holdsJob = true
+                if keepsBlockedCount { markBlockedLocked(worker) }
                 var spawn: [Worker] = []
                 var wake: [Worker] = []
                 dispatchLocked(wake: &wake, spawn: &spawn)
@@ -269,6 +337,9 @@ final class WorkerPool: @unchecked Sendable {
                 for other in spawn { startThread(for: other) }
                 return job
             }
+            keepsBlockedCount = false
+            // Out of work: what the monitor measured of this worker no longer applies.
+            worker.activityEpoch &+= 1
             updateMirrorsLocked()
             // Spin briefly: a producer often submits again within microseconds,
             // and a spinning worker saves it a wake-up.
@@ -341,51 +412,170 @@ final class WorkerPool: @unchecked Sendable {
         precondition(status == 0, "Operations: could not create the pool monitor thread (\(status))")
     }
 
-    /// Every 10 ms while jobs wait for capacity: counts as blocked any
-    /// running worker that completed nothing since the last tick and whose
-    /// thread sleeps in the kernel.
+    /// Every 10 ms while jobs wait for capacity (and, under the sleep-share
+    /// rule, while any worker is counted as detected-blocked): looks for
+    /// workers that hold a job but are blocked, and counts them as blocked
+    /// so that the waiting jobs get other workers.
     private func monitorLoop() {
         let tick: UInt64 = 10_000_000
         while true {
             lock.lock()
             let starved = queuedJobs > 0 && active - blocked >= targetConcurrency
-            if !starved {
+            if !starved, !(samplesSleepShare && detected > 0) {
                 monitorIdle = true
                 lock.unlock()
                 monitorSignal.wait()
                 continue
             }
-            var candidates: [(Worker, UInt64)] = []
-            for worker in workers where !worker.isParked && !worker.isInManagedBlock
-                && !worker.detectedBlocked.load(ordering: .relaxed) {
-                let progress = worker.progress.load(ordering: .relaxed)
-                if progress == worker.progressAtLastTick { candidates.append((worker, progress)) }
-                worker.progressAtLastTick = progress
-            }
-            lock.unlock()
-            var sleeping: [(Worker, UInt64)] = []
-            for (worker, progress) in candidates {
-                let state = Platform.threadState(threadID: worker.threadID.load(ordering: .relaxed))
-                if state == UInt8(ascii: "S") || state == UInt8(ascii: "D") { sleeping.append((worker, progress)) }
-            }
-            if !sleeping.isEmpty {
-                var spawn: [Worker] = []
-                var wake: [Worker] = []
-                lock.withLock {
-                    for (worker, progress) in sleeping
-                    where worker.progress.load(ordering: .relaxed) == progress && !worker.isParked
-                        && !worker.isInManagedBlock && !worker.detectedBlocked.load(ordering: .relaxed) {
-                        worker.detectedBlocked.store(true, ordering: .relaxed)
-                        blocked += 1
-                    }
-                    dispatchLocked(wake: &wake, spawn: &spawn)
-                    updateMirrorsLocked()
-                }
-                for worker in wake { worker.wake.signal() }
-                for worker in spawn { startThread(for: worker) }
+            if samplesSleepShare {
+                sleepShareTickLocked(tick: tick)
+            } else {
+                progressTickLocked()
             }
             _ = monitorSignal.wait(deadline: Deadline(nanosecondsFromNow: tick))
         }
+    }
+
+    /// The monitor's tick where the kernel reports no sleep share (the
+    /// fallback rule): counts as blocked any running worker that completed
+    /// nothing since the last tick and whose thread sleeps in the kernel at
+    /// the moment of looking. Called with the lock held; releases it.
+    private func progressTickLocked() {
+        var candidates: [(Worker, UInt64)] = []
+        for worker in workers where !worker.isParked && !worker.isInManagedBlock
+            && !worker.detectedBlocked.load(ordering: .relaxed) {
+            let progress = worker.progress.load(ordering: .relaxed)
+            if progress == worker.progressAtLastTick { candidates.append((worker, progress)) }
+            worker.progressAtLastTick = progress
+        }
+        lock.unlock()
+        var sleeping: [(Worker, UInt64)] = []
+        for (worker, progress) in candidates {
+            let state = Platform.threadState(threadID: worker.threadID.load(ordering: .relaxed))
+            if state == UInt8(ascii: "S") || state == UInt8(ascii: "D") { sleeping.append((worker, progress)) }
+        }
+        guard !sleeping.isEmpty else { return }
+        var spawn: [Worker] = []
+        var wake: [Worker] = []
+        lock.withLock {
+            for (worker, progress) in sleeping
+            where worker.progress.load(ordering: .relaxed) == progress && !worker.isParked
+                && !worker.isInManagedBlock && !worker.detectedBlocked.load(ordering: .relaxed) {
+                markBlockedLocked(worker)
+            }
+            dispatchLocked(wake: &wake, spawn: &spawn)
+            updateMirrorsLocked()
+        }
+        for worker in wake { worker.wake.signal() }
+        for worker in spawn { startThread(for: worker) }
+    }
+
+    /// A worker as the monitor saw it under the lock.
+    private struct ShareSample {
+        let worker: Worker
+        let epoch: UInt64
+        let progress: UInt64
+        let marked: Bool
+    }
+
+    /// A worker counts as blocked when its thread slept more than this share
+    /// of a tick...
+    private static let blockedBelowShare = 0.5
+    /// ...and stops counting as blocked when it was busy (on a processor or
+    /// runnable) for more than this share.
+    private static let runningAboveShare = 0.75
+
+    /// The monitor's tick under the sleep-share rule (Linux). For every
+    /// worker that held a job since the last tick (same `activityEpoch`, not
+    /// in a managed block), the kernel's count of the nanoseconds the thread
+    /// was on a processor or waiting for one gives its busy share of the
+    /// tick; the rest it slept (sleep, I/O, a lock, a semaphore).
+    /// - A worker that slept more than half the tick and completed nothing
+    ///   is counted as blocked at once, as many as there are (they may be
+    ///   waiting for the very jobs that wait for a worker).
+    /// - A worker that slept more than half the tick but completed
+    ///   operations (many short blocking calls) is counted too, but one per
+    ///   tick, and beyond twice the target only while all the pool's jobs
+    ///   together keep less than half a processor busy: the pool then grows
+    ///   step by step while more threads still find the processors idle,
+    ///   and does not grow without end when what the workers wait for is
+    ///   each other (a contended lock keeps one processor busy).
+    /// - A worker counted so that was busy more than 3/4 of the tick is
+    ///   counted as running again.
+    /// Waiting a few microseconds on a lock, or for a processor (the wait is
+    /// part of the busy time), does not count as blocked. Called with the
+    /// lock held; releases it.
+    private func sleepShareTickLocked(tick: UInt64) {
+        var samples: [ShareSample] = []
+        for worker in workers where worker.holdsJob && !worker.isInManagedBlock {
+            samples.append(ShareSample(
+                worker: worker, epoch: worker.activityEpoch,
+                progress: worker.progress.load(ordering: .relaxed),
+                marked: worker.detectedBlocked.load(ordering: .relaxed)
+            ))
+        }
+        lock.unlock()
+
+        // The files are read without the lock. Each worker's last reading
+        // (`sample*`) belongs to this thread alone.
+        var stalled: [ShareSample] = []
+        var sleepy: (sample: ShareSample, share: Double)?
+        var running: [ShareSample] = []
+        var load = 0.0
+        for sample in samples {
+            let worker = sample.worker
+            guard let busy = Platform.threadBusyNanoseconds(threadID: worker.threadID.load(ordering: .relaxed)) else {
+                worker.sampleEpoch = .max
+                continue
+            }
+            let now = monotonicNanoseconds()
+            guard worker.sampleEpoch == sample.epoch, busy >= worker.sampleBusy, now > worker.sampleTime else {
+                worker.recordSample(epoch: sample.epoch, busy: busy, time: now, progress: sample.progress)
+                continue
+            }
+            let wall = now &- worker.sampleTime
+            // A tick cut short (the monitor was woken early) measures too
+            // little: keep the older reading.
+            guard wall >= tick / 2 else { continue }
+            let share = min(1, Double(busy &- worker.sampleBusy) / Double(wall))
+            let progressed = sample.progress != worker.sampleProgress
+            worker.recordSample(epoch: sample.epoch, busy: busy, time: now, progress: sample.progress)
+            load += share
+            if sample.marked {
+                if share > Self.runningAboveShare { running.append(sample) }
+            } else if share < Self.blockedBelowShare {
+                if !progressed {
+                    stalled.append(sample)
+                } else if sleepy == nil || share < sleepy!.share {
+                    sleepy = (sample, share)
+                }
+            }
+        }
+        guard !stalled.isEmpty || sleepy != nil || !running.isEmpty else { return }
+
+        var spawn: [Worker] = []
+        var wake: [Worker] = []
+        lock.withLock {
+            // Still as sampled: holding the job it held, outside managed blocks.
+            func unchanged(_ sample: ShareSample) -> Bool {
+                let worker = sample.worker
+                return worker.holdsJob && !worker.isInManagedBlock && worker.activityEpoch == sample.epoch
+                    && worker.detectedBlocked.load(ordering: .relaxed) == sample.marked
+            }
+            for sample in running where unchanged(sample) { unmarkBlockedLocked(sample.worker) }
+            // Counting workers as blocked only helps jobs that wait.
+            if queuedJobs > 0, active - blocked >= targetConcurrency {
+                for sample in stalled where unchanged(sample) { markBlockedLocked(sample.worker) }
+                if let sample = sleepy?.sample, unchanged(sample),
+                   workers.count < 2 * targetConcurrency || load < 0.5 {
+                    markBlockedLocked(sample.worker)
+                }
+            }
+            dispatchLocked(wake: &wake, spawn: &spawn)
+            updateMirrorsLocked()
+        }
+        for worker in wake { worker.wake.signal() }
+        for worker in spawn { startThread(for: worker) }
     }
 
     // MARK: Introspection (tests, diagnostics)
@@ -397,14 +587,19 @@ final class WorkerPool: @unchecked Sendable {
         var blocked: Int
         var parked: Int
         var queuedJobs: Int
+        /// The most workers that existed at once since the process started.
+        var peakWorkers: Int
         var description: String {
-            "workers \(workers), active \(active), blocked \(blocked), parked \(parked), queued jobs \(queuedJobs)"
+            "workers \(workers) (peak \(peakWorkers)), active \(active), blocked \(blocked), parked \(parked), queued jobs \(queuedJobs)"
         }
     }
 
     var snapshot: Snapshot {
         lock.withLock {
-            Snapshot(workers: workers.count, active: active, blocked: blocked, parked: parked.count, queuedJobs: queuedJobs)
+            Snapshot(
+                workers: workers.count, active: active, blocked: blocked, parked: parked.count,
+                queuedJobs: queuedJobs, peakWorkers: peakWorkers
+            )
         }
     }
 }
@@ -412,8 +607,10 @@ final class WorkerPool: @unchecked Sendable {
 /// One pool thread.
 final class Worker: @unchecked Sendable {
     // @unchecked Sendable:
-    // - `handedJob`, `isParked`, `isInManagedBlock`, `progressAtLastTick`
-    //   are guarded by the pool's lock;
+    // - `handedJob`, `isParked`, `holdsJob`, `isInManagedBlock`,
+    //   `activityEpoch`, `progressAtLastTick` are guarded by the pool's lock;
+    // - `sampleEpoch`, `sampleBusy`, `sampleTime`, `sampleProgress` are
+    //   touched only by the pool's monitor thread;
     // - `progress`, `threadID`, `detectedBlocked` are atomics;
     // - `currentNice` and `retireAfterCurrentJob` are touched only by the
     //   worker's own thread (`retireAfterCurrentJob` is then read by
@@ -424,8 +621,18 @@ final class Worker: @unchecked Sendable {
     let wake = WaitSignal()
     var handedJob: (PoolJob, Int)?
     var isParked = false
+    /// Whether the worker holds a job (counted in the pool's `active`).
+    var holdsJob = false
     var isInManagedBlock = false
+    /// Changes whenever the worker stops holding jobs or enters or leaves a
+    /// managed block: a monitor measurement spanning a change is discarded.
+    var activityEpoch: UInt64 = 0
     var progressAtLastTick: UInt64 = .max
+    /// The monitor's last reading of the thread (sleep-share rule).
+    var sampleEpoch: UInt64 = .max
+    var sampleBusy: UInt64 = 0
+    var sampleTime: UInt64 = 0
+    var sampleProgress: UInt64 = 0
     let progress = Atomic<UInt64>(0)
     let threadID = Atomic<Int32>(0)
     let detectedBlocked = Atomic<Bool>(false)
@@ -435,6 +642,14 @@ final class Worker: @unchecked Sendable {
     init(index: Int, pool: WorkerPool) {
         self.index = index
         self.pool = pool
+    }
+
+    /// Called by the monitor thread only.
+    func recordSample(epoch: UInt64, busy: UInt64, time: UInt64, progress: UInt64) {
+        sampleEpoch = epoch
+        sampleBusy = busy
+        sampleTime = time
+        sampleProgress = progress
     }
 
     /// The pool worker the calling thread is, if any: the pool's own

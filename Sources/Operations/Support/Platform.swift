@@ -103,6 +103,61 @@ enum Platform {
         #endif
     }()
 
+    /// The nanoseconds a thread of this process has spent on a processor or
+    /// waiting for one (runnable), from `/proc/self/task/<tid>/schedstat`
+    /// (fields 1 and 2), or nil where the kernel does not provide them.
+    /// Wall time minus this is the time the thread slept (blocked).
+    static func threadBusyNanoseconds(threadID: Int32) -> UInt64? {
+        #if os(Linux)
+        guard threadID > 0 else { return nil }
+        return readBusyNanoseconds(path: "/proc/self/task/\(threadID)/schedstat")
+        #else
+        return nil
+        #endif
+    }
+
+    /// Whether `threadBusyNanoseconds` works here: the calling thread's
+    /// figure must exist and be non-zero (a kernel without scheduler
+    /// statistics reports zeros, which would make every thread look asleep).
+    static let providesThreadBusyTime: Bool = {
+        #if os(Linux)
+        guard let busy = readBusyNanoseconds(path: "/proc/thread-self/schedstat") else { return false }
+        return busy > 0
+        #else
+        return false
+        #endif
+    }()
+
+    #if os(Linux)
+    private static func readBusyNanoseconds(path: String) -> UInt64? {
+        let descriptor = open(path, O_RDONLY)
+        guard descriptor >= 0 else { return nil }
+        defer { close(descriptor) }
+        return withUnsafeTemporaryAllocation(of: UInt8.self, capacity: 96) { buffer -> UInt64? in
+            let count = read(descriptor, buffer.baseAddress, 96)
+            guard count > 0 else { return nil }
+            // Format: "<run ns> <runqueue wait ns> <timeslices>\n".
+            var fields: (UInt64, UInt64) = (0, 0)
+            var field = 0
+            var digits = 0
+            for index in 0..<count {
+                let byte = buffer[index]
+                if byte >= 0x30, byte <= 0x39 {
+                    let value = UInt64(byte - 0x30)
+                    if field == 0 { fields.0 = fields.0 &* 10 &+ value } else { fields.1 = fields.1 &* 10 &+ value }
+                    digits += 1
+                } else if digits > 0 {
+                    field += 1
+                    digits = 0
+                    if field == 2 { break }
+                }
+            }
+            guard field >= 2 || (field == 1 && digits > 0) else { return nil }
+            return fields.0 &+ fields.1
+        }
+    }
+    #endif
+
     /// The scheduler state letter of a thread of this process (`R` running,
     /// `S` sleeping, `D` uninterruptible I/O, ...), or nil.
     static func threadState(threadID: Int32) -> UInt8? {
