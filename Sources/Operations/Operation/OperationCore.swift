@@ -59,6 +59,7 @@ extension Operation {
     /// address order so that two threads locking the same pair in opposite
     /// roles cannot deadlock. The only place two operation locks nest.
     /// `first` and `second` must differ (the lock is not recursive).
+    @inline(__always)
     static func withStateLocks<R>(
         _ first: Operation,
         _ second: Operation,

@@ -134,33 +134,33 @@ struct BenchPlan: Sendable {
         let blockingIdle = quick ? 1.0 : 5.0
         var rows: [BenchRow] = [
             BenchRow(id: "W0", title: "create + start() by hand", workload: .createAndStart,
-                     count: main, engines: all, target: .ratioAtMost(1.5)),
+                     count: main, engines: all, target: .ratioAtMost(1.0)),
             BenchRow(id: "W1", title: "independent, add one by one, default width",
                      workload: .independent(width: -1, batched: false), count: main, engines: all,
                      target: .ratioAtMost(1.0), scaleGroup: "W1"),
             BenchRow(id: "W1s", title: "independent, add one by one, width 1",
                      workload: .independent(width: 1, batched: false), count: main, engines: all,
-                     target: .ratioAtMost(1.5)),
+                     target: .ratioAtMost(1.0)),
             BenchRow(id: "W1w2", title: "independent, add one by one, width 2",
                      workload: .independent(width: 2, batched: false), count: main, engines: all),
             BenchRow(id: "W1a", title: "independent, async bodies", workload: .independentAsync,
-                     count: main, engines: withoutFoundation,
+                     count: main, engines: withoutFoundation, target: .ratioAtMost(1.0),
                      note: "Operations: ResultOperation with an async body; Dispatch column: one Task per closure; Foundation has no async bodies"),
             BenchRow(id: "W2", title: "independent, addOperations(waitUntilFinished: true)",
                      workload: .independent(width: -1, batched: true), count: main, engines: all,
                      target: .ratioAtMost(1.0)),
             BenchRow(id: "W3", title: "chain, per link", workload: .chain, count: main,
-                     engines: withoutFoundation, target: .ratioAtMost(1.5), scaleGroup: "W3", note: capNote),
-            BenchRow(id: "W3f", title: "chain, per link", workload: .chain, count: cap, engines: all,
+                     engines: withoutFoundation, target: .ratioAtMost(1.2), scaleGroup: "W3", note: capNote),
+            BenchRow(id: "W3f", title: "chain, per link", workload: .chain, count: cap, engines: all, target: .ratioAtMost(1.2),
                      note: foundationRowNote),
             BenchRow(id: "W4", title: "fan-out/fan-in, per middle", workload: .fanOutFanIn, count: main,
-                     engines: withoutFoundation, target: .ratioAtMost(1.5), scaleGroup: "W4", note: capNote),
+                     engines: withoutFoundation, target: .ratioAtMost(1.2), scaleGroup: "W4", note: capNote),
             BenchRow(id: "W4f", title: "fan-out/fan-in, per middle", workload: .fanOutFanIn, count: cap,
-                     engines: all, note: foundationRowNote),
+                     engines: all, target: .ratioAtMost(1.2), note: foundationRowNote),
             BenchRow(id: "W5", title: "random DAG (0–4 deps)", workload: .randomGraph, count: main,
-                     engines: withoutFoundation, target: .ratioAtMost(1.5), scaleGroup: "W5", note: capNote),
+                     engines: withoutFoundation, target: .ratioAtMost(1.2), scaleGroup: "W5", note: capNote),
             BenchRow(id: "W5f", title: "random DAG (0–4 deps)", workload: .randomGraph, count: cap,
-                     engines: all, note: foundationRowNote),
+                     engines: all, target: .ratioAtMost(1.2), note: foundationRowNote),
             BenchRow(id: "W6", title: "cancel suspended queue, resume, wait", workload: .cancelSuspended,
                      count: main, engines: all, target: .ratioAtMost(1.0)),
             BenchRow(id: "W7", title: "random priorities, serial, resume + wait", workload: .priorities,
@@ -181,9 +181,9 @@ struct BenchPlan: Sendable {
         // predicted from the smaller ones (see `BenchPlan.maxRunSeconds`).
         let scaled: [String: (title: String, workload: BenchWorkload, target: BenchTarget?)] = [
             "W1": ("independent, add one by one, default width", .independent(width: -1, batched: false), nil),
-            "W3": ("chain, per link", .chain, .ratioAtMost(1.5)),
-            "W4": ("fan-out/fan-in, per middle", .fanOutFanIn, .ratioAtMost(1.5)),
-            "W5": ("random DAG (0–4 deps)", .randomGraph, .ratioAtMost(1.5)),
+            "W3": ("chain, per link", .chain, .ratioAtMost(1.2)),
+            "W4": ("fan-out/fan-in, per middle", .fanOutFanIn, .ratioAtMost(1.2)),
+            "W5": ("random DAG (0–4 deps)", .randomGraph, .ratioAtMost(1.2)),
         ]
         func scaleRow(_ group: String, _ size: Int) -> BenchRow {
             let spec = scaled[group]!
@@ -200,7 +200,7 @@ struct BenchPlan: Sendable {
         rows += ["W1", "W3", "W4", "W5"].map { scaleRow($0, scalePoints[2]) }
         rows.append(BenchRow(id: "W8", title: "resident memory per pending operation", workload: .pendingMemory,
                              count: quick ? 100_000 : 1_000_000, engines: all,
-                             target: .bytesPerOpAtMost(200), repetitionCap: 3))
+                             target: .bytesPerOpAtMost(160), repetitionCap: 3))
         return rows
     }
 }
