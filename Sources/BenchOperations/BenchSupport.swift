@@ -211,16 +211,11 @@ enum BenchMemory {
     /// Resident set size from `/proc/self/statm` (resident pages × page size), or 0.
     static func residentBytes() -> Int {
         #if os(Linux)
-        let descriptor = open("/proc/self/statm", O_RDONLY)
-        guard descriptor >= 0 else { return 0 }
-        defer { close(descriptor) }
-        var buffer = [UInt8](repeating: 0, count: 128)
-        let length = buffer.withUnsafeMutableBytes { read(descriptor, $0.baseAddress, 127) }
-        guard length > 0 else { return 0 }
+        let buffer = benchReadProcFile("/proc/self/statm", capacity: 128)
         // "size resident shared text lib data dt": take the second field.
         var field = 0
         var value = 0
-        for byte in buffer[0..<length] {
+        for byte in buffer {
             if byte == UInt8(ascii: " ") {
                 field += 1
                 if field > 1 { break }
@@ -307,17 +302,24 @@ func benchSleep(microseconds: Int) {
     usleep(UInt32(microseconds))
 }
 
+/// The first `capacity` bytes of a small file such as one in `/proc`, or
+/// none if it cannot be read.
+func benchReadProcFile(_ path: String, capacity: Int) -> [UInt8] {
+    let descriptor = open(path, O_RDONLY)
+    guard descriptor >= 0 else { return [] }
+    defer { close(descriptor) }
+    var buffer = [UInt8](repeating: 0, count: capacity)
+    let length = buffer.withUnsafeMutableBytes { read(descriptor, $0.baseAddress, capacity) }
+    return length > 0 ? Array(buffer[0..<length]) : []
+}
+
 /// The process's thread count and its peak during a run (W10).
 enum BenchThreads {
     /// The `Threads:` field of `/proc/self/status`, or 0 where there is none.
     static func count() -> Int {
         #if os(Linux)
-        let descriptor = open("/proc/self/status", O_RDONLY)
-        guard descriptor >= 0 else { return 0 }
-        defer { close(descriptor) }
-        var buffer = [UInt8](repeating: 0, count: 4_096)
-        let length = buffer.withUnsafeMutableBytes { read(descriptor, $0.baseAddress, 4_095) }
-        guard length > 0 else { return 0 }
+        let buffer = benchReadProcFile("/proc/self/status", capacity: 4_096)
+        let length = buffer.count
         // Lines are "Name:\tvalue"; find the line starting "Threads:".
         let key = Array("Threads:".utf8)
         var lineStart = 0
@@ -417,6 +419,37 @@ final class BenchConcurrency: Sendable {
 
     /// The most bodies that ran at once.
     var peak: Int { most.load(ordering: .relaxed) }
+}
+
+/// One W10 run, shared by the engines: the body each operation or block
+/// runs, and the figures once they all ran. Create it right before the
+/// timed region (it starts sampling the thread count).
+final class BenchBlockingRun: Sendable {
+    let recorder: BenchRecorder
+    private let sleepMicroseconds: Int
+    private let concurrency = BenchConcurrency()
+    private let sampler = BenchThreadSampler()
+
+    init(count: Int, sleepMicroseconds: Int) {
+        recorder = BenchRecorder(count: count)
+        self.sleepMicroseconds = sleepMicroseconds
+    }
+
+    /// The body of operation `index`: blocks, and counts the bodies running.
+    func body(_ index: Int) {
+        concurrency.enter()
+        benchSleep(microseconds: sleepMicroseconds)
+        recorder.record(index)
+        concurrency.leave()
+    }
+
+    /// The failures and metrics of a run that took `nanoseconds`, after the
+    /// idle wait (see `BenchThreadSampler.finish`).
+    func result(nanoseconds: UInt64, idleSeconds: Double) -> BenchRunResult {
+        var metrics = sampler.finish(idleSeconds: idleSeconds)
+        metrics["concurrentPeak"] = Double(concurrency.peak)
+        return (nanoseconds, recorder.checkEachRanOnce(), metrics)
+    }
 }
 
 // MARK: Many serial queues (W9)

@@ -296,23 +296,13 @@ extension WorkloadEngine {
     /// `idleSeconds`, and `concurrentPeak` (the most bodies blocked at once).
     public static func blocking(count: Int, sleepMicroseconds: Int, idleSeconds: Double) -> Outcome {
         let queue = OperationQueue()
-        let recorder = BenchRecorder(count: count)
-        let concurrency = BenchConcurrency()
-        let sampler = BenchThreadSampler()
+        let run = BenchBlockingRun(count: count, sleepMicroseconds: sleepMicroseconds)
         let start = benchNow()
         for index in 0..<count {
-            queue.addOperation(BlockOperation {
-                concurrency.enter()
-                benchSleep(microseconds: sleepMicroseconds)
-                recorder.record(index)
-                concurrency.leave()
-            })
+            queue.addOperation(BlockOperation { run.body(index) })
         }
         queue.waitUntilAllOperationsAreFinished()
-        let elapsed = benchNow() - start
-        var metrics = sampler.finish(idleSeconds: idleSeconds)
-        metrics["concurrentPeak"] = Double(concurrency.peak)
-        return (elapsed, recorder.checkEachRanOnce(), metrics)
+        return run.result(nanoseconds: benchNow() - start, idleSeconds: idleSeconds)
     }
 
     /// W1a: W1 with `async` operation bodies: `count` operations whose body

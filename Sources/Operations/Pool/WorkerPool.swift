@@ -73,16 +73,10 @@ final class WorkerPool: @unchecked Sendable {
     var maximumWorkers: Int {
         get { lock.withLock { maximumWorkersValue } }
         set {
-            var spawn: [Worker] = []
-            var wake: [Worker] = []
-            lock.withLock {
+            changeAndDispatch {
                 maximumWorkersValue = max(targetConcurrency, newValue)
                 ceilingReported = false
-                dispatchLocked(wake: &wake, spawn: &spawn)
-                updateMirrorsLocked()
             }
-            for worker in wake { worker.wake.signal() }
-            for worker in spawn { startThread(for: worker) }
         }
     }
     private var maximumWorkersValue: Int = {
@@ -141,11 +135,20 @@ final class WorkerPool: @unchecked Sendable {
     /// Queues `job` at quality-of-service index `qos` (0 background ... 4
     /// user-interactive) and makes sure a worker will run it.
     func submit(_ job: PoolJob, qos: Int) {
+        changeAndDispatch {
+            lanes[min(4, max(0, qos))].append(job)
+            queuedJobs += 1
+        }
+    }
+
+    /// Runs `change` under the lock, then hands queued jobs to parked or new
+    /// workers as capacity allows; those workers are woken or started after
+    /// the lock is released.
+    private func changeAndDispatch(_ change: () -> Void) {
         var spawn: [Worker] = []
         var wake: [Worker] = []
         lock.withLock {
-            lanes[min(4, max(0, qos))].append(job)
-            queuedJobs += 1
+            change()
             dispatchLocked(wake: &wake, spawn: &spawn)
             updateMirrorsLocked()
         }
@@ -254,19 +257,13 @@ final class WorkerPool: @unchecked Sendable {
     /// jobs on another worker meanwhile. Off the pool, just runs `body`.
     func blocking<R>(_ body: () -> R) -> R {
         guard let worker = Worker.current else { return body() }
-        var spawn: [Worker] = []
-        var wake: [Worker] = []
-        lock.withLock {
+        changeAndDispatch {
             // Counted once: as in a managed block, no longer as detected.
             if worker.detectedBlocked.load(ordering: .relaxed) { unmarkBlockedLocked(worker) }
             worker.isInManagedBlock = true
             worker.activityEpoch &+= 1
             blocked += 1
-            dispatchLocked(wake: &wake, spawn: &spawn)
-            updateMirrorsLocked()
         }
-        for worker in wake { worker.wake.signal() }
-        for worker in spawn { startThread(for: worker) }
         let result = body()
         lock.withLock {
             worker.isInManagedBlock = false
@@ -455,19 +452,13 @@ final class WorkerPool: @unchecked Sendable {
             if state == UInt8(ascii: "S") || state == UInt8(ascii: "D") { sleeping.append((worker, progress)) }
         }
         guard !sleeping.isEmpty else { return }
-        var spawn: [Worker] = []
-        var wake: [Worker] = []
-        lock.withLock {
+        changeAndDispatch {
             for (worker, progress) in sleeping
             where worker.progress.load(ordering: .relaxed) == progress && !worker.isParked
                 && !worker.isInManagedBlock && !worker.detectedBlocked.load(ordering: .relaxed) {
                 markBlockedLocked(worker)
             }
-            dispatchLocked(wake: &wake, spawn: &spawn)
-            updateMirrorsLocked()
         }
-        for worker in wake { worker.wake.signal() }
-        for worker in spawn { startThread(for: worker) }
     }
 
     /// A worker as the monitor saw it under the lock.
@@ -553,9 +544,7 @@ final class WorkerPool: @unchecked Sendable {
         }
         guard !stalled.isEmpty || sleepy != nil || !running.isEmpty else { return }
 
-        var spawn: [Worker] = []
-        var wake: [Worker] = []
-        lock.withLock {
+        changeAndDispatch {
             // Still as sampled: holding the job it held, outside managed blocks.
             func unchanged(_ sample: ShareSample) -> Bool {
                 let worker = sample.worker
@@ -571,11 +560,7 @@ final class WorkerPool: @unchecked Sendable {
                     markBlockedLocked(sample.worker)
                 }
             }
-            dispatchLocked(wake: &wake, spawn: &spawn)
-            updateMirrorsLocked()
         }
-        for worker in wake { worker.wake.signal() }
-        for worker in spawn { startThread(for: worker) }
     }
 
     // MARK: Introspection (tests, diagnostics)

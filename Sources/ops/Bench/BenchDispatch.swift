@@ -243,23 +243,13 @@ enum DispatchEngine: BenchEngine {
     static func blocking(count: Int, sleepMicroseconds: Int, idleSeconds: Double) -> BenchRunResult {
         let queue = DispatchQueue.global()
         let group = DispatchGroup()
-        let recorder = BenchRecorder(count: count)
-        let concurrency = BenchConcurrency()
-        let sampler = BenchThreadSampler()
+        let run = BenchBlockingRun(count: count, sleepMicroseconds: sleepMicroseconds)
         let start = benchNow()
         for index in 0..<count {
-            queue.async(group: group) {
-                concurrency.enter()
-                benchSleep(microseconds: sleepMicroseconds)
-                recorder.record(index)
-                concurrency.leave()
-            }
+            queue.async(group: group) { run.body(index) }
         }
         group.wait()
-        let elapsed = benchNow() - start
-        var metrics = sampler.finish(idleSeconds: idleSeconds)
-        metrics["concurrentPeak"] = Double(concurrency.peak)
-        return (elapsed, recorder.checkEachRanOnce(), metrics)
+        return run.result(nanoseconds: benchNow() - start, idleSeconds: idleSeconds)
     }
 }
 
