@@ -1,4 +1,9 @@
 import Dispatch
+#if canImport(Glibc)
+import Glibc
+#elseif canImport(Darwin)
+import Darwin
+#endif
 import Synchronization
 import Testing
 @testable import Operations
@@ -26,6 +31,27 @@ struct AsyncBodyTests {
         #expect(value == 7)
         #expect(operation.isFinished)
         #expect(!operation.isExecuting)
+    }
+
+    @Test("an async body starts on the thread that starts the operation, until its first suspension")
+    func asyncBodyStartsOnTheStartingThread() throws {
+        let bodyThread = LockedValue<ThreadID?>(nil)
+        let release = AsyncGate()
+        let operation = ResultOperation { () async -> Int in
+            bodyThread.withLock { $0 = currentThreadID() }
+            await release.opened()
+            return 3
+        }
+        let starter = currentThreadID()
+        operation.start()
+        // The body's first part ran inside start(), on this thread; the
+        // operation then stays executing while the body is suspended.
+        let recorded = try #require(bodyThread.withLock { $0 })
+        #expect(pthread_equal(recorded, starter) != 0)
+        #expect(operation.isExecuting)
+        release.open()
+        #expect(waitUntil { operation.isFinished })
+        #expect(operation.result.map { (try? $0.get()) == 3 } == true)
     }
 
     @Test("cancel() cancels the body's task, which sees Task.isCancelled")

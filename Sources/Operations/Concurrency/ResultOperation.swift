@@ -12,8 +12,12 @@
 /// - A synchronous body runs in ``Operation/main()`` on the thread that
 ///   starts the operation (a pool worker in a queue).
 /// - An `async` body runs in a task at the priority matching the operation's
-///   quality of service. The operation stays executing, holding its queue
-///   slot but no thread, until the body returns. ``Operation/cancel()``
+///   quality of service. The task starts on the thread that starts the
+///   operation and runs there until its first suspension (on platforms
+///   whose runtime has `Task.immediate`; elsewhere it is a detached task),
+///   then continues on Swift's cooperative pool. The operation stays
+///   executing, holding its queue slot but no thread while the body is
+///   suspended, until the body returns. ``Operation/cancel()``
 ///   cancels the task, so the body sees `Task.isCancelled`.
 ///
 /// ## Results
@@ -182,23 +186,13 @@ open class ResultOperation<Success: Sendable, Failure: Error>: Operation, @unche
         unowned(unsafe) let context = ThreadContext.current
         let queue = context.queue
         let qos = effectiveQualityOfService(queue: queue)
-        let task = Task.detached(priority: qos.taskPriority) { [self] in
+        let run: @Sendable () async -> Void = { [self] in
             let outcome = await OperationTaskContext.$current.withValue(
                 OperationTaskContext(operation: self, queue: queue)
             ) { () async -> Result<Success, Failure>? in
+                guard let carried else { return await Self.runAsync(work, inputs: operations) }
                 var outcome: Result<Success, Failure>?
-                let body: () async -> Void = {
-                    do throws(Failure) {
-                        switch work {
-                        case .async(let body): outcome = .success(try await body())
-                        case .asyncInputs(let body): outcome = try await body(operations).map { .success($0) }
-                        case .sync, .syncInputs: outcome = nil
-                        }
-                    } catch {
-                        outcome = .failure(error)
-                    }
-                }
-                if let carried { await carried.run(body) } else { await body() }
+                await carried.run { outcome = await Self.runAsync(work, inputs: operations) }
                 return outcome
             }
             self.complete(with: outcome, inputs: operations)
@@ -213,8 +207,23 @@ open class ResultOperation<Success: Sendable, Failure: Error>: Operation, @unche
                 self.finishAsyncBody()
             }
         }
+        let task = AsyncBodyTask.start(priority: qos.taskPriority, run)
         onCancel { task.cancel() }
         return .continues
+    }
+
+    /// Runs an `async` body on the caller's executor (no hop of its own):
+    /// its value or error, or nil when an input had no value.
+    private nonisolated(nonsending) static func runAsync(_ work: Body, inputs operations: [Operation]) async -> Result<Success, Failure>? {
+        do throws(Failure) {
+            switch work {
+            case .async(let body): return .success(try await body())
+            case .asyncInputs(let body): return try await body(operations).map { .success($0) }
+            case .sync, .syncInputs: return nil
+            }
+        } catch {
+            return .failure(error)
+        }
     }
 
     /// The `async` body has returned: the operation finishes.
@@ -322,6 +331,22 @@ private func inputValue<Input, InputFailure>(
 }
 
 private func isPresent<Value>(_ value: Value?) -> Bool { value != nil }
+
+/// How an `async` body's task starts.
+enum AsyncBodyTask {
+    /// Starts `body` in a new task that runs on the calling thread (the
+    /// worker that starts the operation) until its first suspension, where
+    /// the runtime allows it: a body that does not suspend then costs no
+    /// hop to Swift's cooperative pool and back. Elsewhere it is a detached
+    /// task. The task is unstructured either way; the operation's
+    /// cancellation cancels it.
+    static func start(priority: TaskPriority, _ body: @escaping @Sendable () async -> Void) -> Task<Void, Never> {
+        if #available(macOS 26.0, iOS 26.0, tvOS 26.0, watchOS 26.0, visionOS 26.0, *) {
+            return Task.immediate(priority: priority, operation: body)
+        }
+        return Task.detached(priority: priority, operation: body)
+    }
+}
 
 /// The operation an `async` body runs for, as a task-local value, so that
 /// `OperationQueue.current`, adds that bypass the pending limit, and wait
