@@ -114,7 +114,7 @@ public enum OperationLogging {
     ///   subject is an operation;
     /// - `queue.name`: the name of the queue concerned, only when it has one
     ///   of its own (``Operations/OperationReport/queueName``): never the
-    ///   default `OperationQueue 0x…`;
+    ///   default `NSOperationQueue 0x…`;
     /// - `report.cycle`: `true` when the report is about a dependency cycle
     ///   (the `dependencyCycle` misuse, or a hang report that names a
     ///   cycle), with `report.cycle.members`: the cycle's operations in order

@@ -135,7 +135,7 @@ public enum OperationMetrics {
 
     /// The queue's name, or ``unnamedQueue`` if it has no name of its own
     /// (``Operations/OperationQueue/isNamed``: the default name,
-    /// `OperationQueue 0x…`, holds an address).
+    /// `NSOperationQueue 0x…`, holds an address).
     ///
     /// - Parameter queue: A queue.
     /// - Returns: The value of its `queue` dimension.

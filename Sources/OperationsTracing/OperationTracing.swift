@@ -266,7 +266,7 @@ final class SpanTable: Sendable {
     }
 
     /// The `operation.queue` attribute: the queue's name, only if it has one
-    /// of its own (the default, `OperationQueue 0x…`, holds an address).
+    /// of its own (the default, `NSOperationQueue 0x…`, holds an address).
     private func ownName(_ queue: OperationQueue) -> String? {
         guard queue.isNamed else { return nil }
         return queue.name

@@ -212,8 +212,8 @@ extension IntegrationTests {
             #expect(OperationMetrics.defaultQueueDimension(named) == name)
             // A name of the user's own is kept, even one that looks like a default.
             let lookalike = OperationQueue()
-            lookalike.name = "OperationQueue 0x1234"
-            #expect(OperationMetrics.defaultQueueDimension(lookalike) == "OperationQueue 0x1234")
+            lookalike.name = "NSOperationQueue 0x1234"
+            #expect(OperationMetrics.defaultQueueDimension(lookalike) == "NSOperationQueue 0x1234")
             lookalike.name = nil
             #expect(OperationMetrics.defaultQueueDimension(lookalike) == OperationMetrics.unnamedQueue)
         }

@@ -26,7 +26,7 @@ struct MainQueueTests {
     @Test("main's name, suspension and cancellation work")
     func mainQueueSettings() {
         let main = OperationQueue.main
-        #expect(main.name == "OperationQueue Main Queue")
+        #expect(main.name == "NSOperationQueue Main Queue")
         main.isSuspended = true
         let ran = LockedValue(false)
         let operation = BlockOperation { ran.withLock { $0 = true } }

@@ -22,6 +22,8 @@ private func expectSingle(
     }
 }
 
+private final class LateBlockMarker: Sendable {}
+
 private func named(_ name: String, _ block: @escaping @Sendable () -> Void = {}) -> BlockOperation {
     let op = BlockOperation(block: block)
     op.name = name
@@ -104,21 +106,25 @@ struct MisuseTests {
 
     // MARK: Properties after start
 
-    @Test("completion block set after the operation finished")
+    @Test("completion block set after the operation finished: accepted, never runs, released (Foundation)")
     func completionBlockAfterFinish() {
         let op = named("late-completion")
         op.start()
         let calls = Counter()
-        let reported = misuses { op.completionBlock = { calls.increment() } }
-        expectSingle(reported, .completionBlockAfterStart, naming: "\"late-completion\"")
+        let tracker = LifetimeTracker()
+        let reported = misuses {
+            let marker = tracker.track(LateBlockMarker(), "captured by the late block")
+            op.completionBlock = { _ = marker; calls.increment() }
+        }
+        #expect(reported.isEmpty)
         #expect(op.completionBlock == nil)
         #expect(calls.count == 0)
-        // Setting nil is always allowed.
+        #expect(tracker.waitForRelease().isEmpty, "the refused block is released at once")
         #expect(misuses { op.completionBlock = nil }.isEmpty)
         unrelatedWorkStillRuns()
     }
 
-    @Test("completion block set while the operation is executing")
+    @Test("completion block set while the operation is executing runs once when it finishes (Foundation)")
     func completionBlockWhileExecuting() {
         let op = BlockOperation()
         op.name = "executing-completion"
@@ -127,9 +133,32 @@ struct MisuseTests {
             op.completionBlock = { calls.increment() }
         }
         let reported = misuses { op.start() }
-        expectSingle(reported, .completionBlockAfterStart, naming: "\"executing-completion\"")
-        #expect(calls.count == 0)
+        #expect(reported.isEmpty)
+        #expect(waitUntil { calls.count == 1 })
+        #expect(op.completionBlock == nil, "released once it has run")
         unrelatedWorkStillRuns()
+    }
+
+    @Test("completion block set from its own body in a queue runs once; one set from the completion block never runs")
+    func completionBlockSetFromBodyInQueue() {
+        let queue = makeQueue("late-completion-queue")
+        let op = BlockOperation()
+        let first = Counter()
+        let second = Counter()
+        op.addExecutionBlock { [unowned op] in
+            op.completionBlock = { [unowned op] in
+                first.increment()
+                op.completionBlock = { second.increment() }
+            }
+        }
+        let reported = misuses {
+            queue.addOperation(op)
+            #expect(queue.waitUntilAllOperationsAreFinished(timeout: patience))
+        }
+        #expect(reported.isEmpty)
+        #expect(first.count == 1)
+        #expect(second.count == 0)
+        #expect(op.completionBlock == nil)
     }
 
     @Test("result of a cancelled invocation")
@@ -218,6 +247,22 @@ struct MisuseTests {
         let reported = misuses { queue.addOperation(op) }
         expectSingle(reported, .addedAfterStart, naming: "\"finished\"")
         #expect(queue.operationCount == 0)
+        #expect(ran.count == 1)
+        unrelatedWorkStillRuns()
+    }
+
+    @Test("adding an operation that finished in another queue is refused because it finished (regression)")
+    func addAfterFinishedInAnotherQueue() {
+        let ran = Counter()
+        let first = makeQueue("ran-here")
+        let op = named("finished-elsewhere") { ran.increment() }
+        first.addOperation(op)
+        #expect(first.waitUntilAllOperationsAreFinished(timeout: patience))
+        let second = makeQueue("second-home")
+        let reported = misuses { second.addOperation(op) }
+        expectSingle(reported, .addedAfterStart, naming: "\"finished-elsewhere\"")
+        #expect(reported.first?.message.contains("after it finished") == true)
+        #expect(second.operationCount == 0)
         #expect(ran.count == 1)
         unrelatedWorkStillRuns()
     }

@@ -210,7 +210,7 @@ struct QueueTests {
         let main = OperationQueue.main
         #expect(main === OperationQueue.main)
         #expect(main.maxConcurrentOperationCount == 1)
-        #expect(main.name == "OperationQueue Main Queue")
+        #expect(main.name == "NSOperationQueue Main Queue")
     }
 
     @Test("operations added to OperationQueue.main run when the main dispatch queue is serviced")
@@ -348,7 +348,7 @@ struct QueueTests {
         #expect(a == a && a != b)
         let set: Set<OperationQueue> = [a, b, a]
         #expect(set.count == 2)
-        #expect(a.name?.hasPrefix("OperationQueue") == true)
+        #expect(a.name?.hasPrefix("NSOperationQueue 0x") == true)
         #expect(a.name != b.name)
         a.name = "images"
         #expect(a.name == "images")

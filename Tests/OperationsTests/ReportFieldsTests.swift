@@ -103,7 +103,7 @@ struct ReportFieldsTests {
         #expect(found.allSatisfy { $0.kind == .misuse(.alreadyInQueue) && $0.subjectKind == .operation })
         #expect(found.first?.queueName == "report-fields-target")
         #expect(found.last.map { $0.queueName == nil } == true, "an unnamed queue's default name is never a queue name")
-        #expect(found.last?.message.contains("OperationQueue 0x") == true, "the message still names it")
+        #expect(found.last?.message.contains("NSOperationQueue 0x") == true, "the message still names it")
 
         owner.isSuspended = false
         #expect(owner.waitUntilAllOperationsAreFinished(timeout: patience))
@@ -193,7 +193,7 @@ struct QueueIsNamedTests {
     func isNamed() {
         let queue = OperationQueue()
         #expect(!queue.isNamed)
-        #expect(queue.name?.hasPrefix("OperationQueue 0x") == true)
+        #expect(queue.name?.hasPrefix("NSOperationQueue 0x") == true)
         queue.name = "images"
         #expect(queue.isNamed)
         queue.name = nil

@@ -45,20 +45,38 @@ extension Operation {
         if loadState().isRetired { return nil }
         let running = OperationTaskContext.current.map { [$0.operation] } ?? []
         let record = WaitRegistry.Record(running: running, target: .operation(self))
-        if let reason = WaitRegistry.shared.begin(record) {
+        if let verdict = WaitRegistry.shared.begin(record) {
+            let reason = verdict.reason
             return OperationMisuse.reportReturning(.waitDeadlock, subject: .operation(self), "is awaited but can never finish: the wait \(reason)")
         }
         defer { WaitRegistry.shared.end(record) }
         let watch = HangReport.watch { [self] in self.hangDescription() }
         defer { watch?.cancel() }
         let gate = ResumeOnce()
+        // A wait that other threads could still end is re-checked while it
+        // lasts; a verdict that holds ends it as a misuse.
+        let stuck = LockedValue<WaitVerdict?>(nil)
+        let deadlockWatch = WaitRegistry.shared.watch(record) { verdict in
+            stuck.withLock { $0 = verdict }
+            gate.resume()
+        }
+        defer { deadlockWatch?.cancel() }
+        let key = LockedValue<Int?>(nil)
         await withTaskCancellationHandler {
             await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
                 gate.install(continuation)
-                if addRetireWaiter({ gate.resume() }) == nil { gate.resume() }
+                if let registered = addRetireWaiter({ gate.resume() }) {
+                    key.withLock { $0 = registered }
+                } else {
+                    gate.resume()
+                }
             }
         } onCancel: {
             self.cancel()
+        }
+        if let verdict = stuck.withLock({ $0 }) {
+            if let registered = key.withLock({ $0 }) { removeRetireWaiter(registered) }
+            return OperationMisuse.reportReturning(.waitDeadlock, subject: .operation(self), "is awaited but can never finish: the wait \(verdict.reason)")
         }
         return nil
     }

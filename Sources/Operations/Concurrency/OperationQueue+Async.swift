@@ -15,13 +15,22 @@ extension OperationQueue {
     final func awaitIdle() async -> OperationMisuse? {
         let running = OperationTaskContext.current.map { [$0.operation] } ?? []
         let record = WaitRegistry.Record(running: running, target: .queue(self))
-        if let reason = WaitRegistry.shared.begin(record) {
+        if let verdict = WaitRegistry.shared.begin(record) {
+            let reason = verdict.reason
             return OperationMisuse.reportReturning(.waitDeadlock, subject: .queue(self), "is awaited (drained()) but can never drain: the wait \(reason)")
         }
         defer { WaitRegistry.shared.end(record) }
         let watch = HangReport.watch { [self] in .queue(self, "await drained() on:") }
         defer { watch?.cancel() }
         let gate = ResumeOnce()
+        // A wait that other threads could still end is re-checked while it
+        // lasts; a verdict that holds ends it as a misuse.
+        let stuck = LockedValue<WaitVerdict?>(nil)
+        let deadlockWatch = WaitRegistry.shared.watch(record) { verdict in
+            stuck.withLock { $0 = verdict }
+            gate.resume()
+        }
+        defer { deadlockWatch?.cancel() }
         let key = LockedValue<Int?>(nil)
         await withTaskCancellationHandler {
             await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
@@ -39,6 +48,9 @@ extension OperationQueue {
         if let registered = key.withLock({ $0 }) {
             let removed = lock.withLock { drainWaiters.remove(registered) }
             withExtendedLifetime(removed) {}
+        }
+        if let verdict = stuck.withLock({ $0 }) {
+            return OperationMisuse.reportReturning(.waitDeadlock, subject: .queue(self), "is awaited (drained()) but can never drain: the wait \(verdict.reason)")
         }
         return nil
     }

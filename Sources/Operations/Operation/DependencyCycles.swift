@@ -7,6 +7,13 @@
 /// graph one operation at a time, under each operation's own lock; while
 /// other threads change edges they see a recent state, not a snapshot.
 enum DependencyGraph {
+    /// Held while an edge is checked and added with
+    /// `OperationMisuse.reportsDependencyCycles` on, so that concurrent
+    /// checked edits see each other's edges. Lock order: this lock, then
+    /// operations' lock bits. No user code runs under it; edits made with
+    /// the check off do not take it.
+    static let checkedEdits = PlatformLock()
+
     /// The cycle that the edge `dependent → dependency` would close (a path
     /// from `dependency` to `dependent` along unfinished dependencies), as
     /// `[dependent, dependency, …, dependent]`, or nil.

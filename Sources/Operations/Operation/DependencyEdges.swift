@@ -21,14 +21,9 @@ extension Operation {
     // MARK: Adding and removing
 
     final func performAddDependency(_ dependency: Operation) {
-        if OperationMisuse.reportsDependencyCycles, let cycle = DependencyGraph.cycle(closedBy: self, dependingOn: dependency) {
-            let members = cycle.map(\.misuseSubject)
-            OperationMisuse.report(
-                .dependencyCycle,
-                subject: .operation(self),
-                "was given a dependency that closes a cycle: \(members.joined(separator: " → ")). None of these operations could start unless one is cancelled; the dependency was not added (OperationMisuse.reportsDependencyCycles is on).",
-                cycle: members
-            )
+        let checksCycles = OperationMisuse.reportsDependencyCycles
+        if checksCycles, let cycle = DependencyGraph.cycle(closedBy: self, dependingOn: dependency) {
+            reportCycle(cycle)
             return
         }
         // Observers are told only about an edge that will be added, and every
@@ -61,6 +56,18 @@ extension Operation {
             unready.report(for: self)
             return
         }
+        if checksCycles {
+            // Checked again with every other checked edit held off: two
+            // threads adding `a → b` and `b → a` at once would otherwise both
+            // pass the check above and close the cycle together.
+            DependencyGraph.checkedEdits.lock()
+            if let cycle = DependencyGraph.cycle(closedBy: self, dependingOn: dependency) {
+                DependencyGraph.checkedEdits.unlock()
+                if !keys.isEmpty { notifyDidChange(keys) }
+                reportCycle(cycle)
+                return
+            }
+        }
         Operation.withStateLocks(self, dependency) { state, dependencyState in
             guard !isDuplicateLocked(dependency, state: state, dependencyState: dependencyState) else { return }
             storedDependencies.append(dependency)
@@ -70,8 +77,21 @@ extension Operation {
                 if wasReady { unready.record(state, of: self) }
             }
         }
+        if checksCycles { DependencyGraph.checkedEdits.unlock() }
         if !keys.isEmpty { notifyDidChange(keys) }
         unready.report(for: self)
+    }
+
+    /// Reports the dependency that would close `cycle` (the edge was not
+    /// added). Call with no lock held: the report runs the misuse handler.
+    private func reportCycle(_ cycle: [Operation]) {
+        let members = cycle.map(\.misuseSubject)
+        OperationMisuse.report(
+            .dependencyCycle,
+            subject: .operation(self),
+            "was given a dependency that closes a cycle: \(members.joined(separator: " → ")). None of these operations could start unless one is cancelled; the dependency was not added (OperationMisuse.reportsDependencyCycles is on).",
+            cycle: members
+        )
     }
 
     /// A queued operation's base readiness went from true to false (it was

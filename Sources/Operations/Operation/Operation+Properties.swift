@@ -15,27 +15,21 @@ extension Operation {
 
     final func setCompletionBlock(_ block: (@Sendable () -> Void)?) {
         let observed = loadState().isObserved
-        if block != nil {
-            let state = loadState()
-            if state.hasBaseStarted || state.isFinished {
-                let when = state.isFinished || state.isBaseFinished ? "after it finished" : "while it is executing"
-                OperationMisuse.report(
-                    .completionBlockAfterStart,
-                    subject: .operation(self),
-                    "was given a completion block \(when). Set completionBlock before the operation starts (before adding it to a queue)."
-                )
-                return
-            }
-        }
         if observed { notifyWillChange(["completionBlock"]) }
-        let replaced = withStateLock { _ -> (@Sendable () -> Void)? in
+        // As in Foundation, a block may be set at any time: one set before
+        // the operation finishes (from its own body too) runs when it
+        // finishes, since finishing takes the block under this lock; one set
+        // after that never runs, and is released at once rather than kept.
+        let released = withStateLock { state -> (@Sendable () -> Void)? in
+            if state.isFinished { return block }
             if block == nil && extras == nil { return nil }
             let old = extrasWhileLocked().completionBlock
             extras?.completionBlock = block
             return old
         }
-        // The replaced block may capture user values: released after unlocking.
-        withExtendedLifetime(replaced) {}
+        // The replaced (or refused) block may capture user values: released
+        // after unlocking.
+        withExtendedLifetime(released) {}
         if observed { notifyDidChange(["completionBlock"]) }
     }
 

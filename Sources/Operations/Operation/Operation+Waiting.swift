@@ -34,7 +34,8 @@ extension Operation {
         // (and registered, for other waits' checks). A bounded wait ends by
         // itself, so it neither is reported nor counts as blocking its thread.
         let record = deadline == nil ? WaitRegistry.Record(running: context.runningOperations, target: .operation(self)) : nil
-        if let record, let reason = WaitRegistry.shared.begin(record) {
+        if let record, let verdict = WaitRegistry.shared.begin(record) {
+            let reason = verdict.reason
             OperationMisuse.report(.waitDeadlock, subject: .operation(self), "is waited for (waitUntilFinished) but can never finish: the wait \(reason)")
             return false
         }

@@ -255,8 +255,12 @@ open class Operation: @unchecked Sendable {
     /// have been released and the operation has left its queue, and before
     /// ``waitUntilFinished()`` returns. It is released as soon as it has
     /// run, so a block that captures its own operation does not leak.
-    /// Setting a non-nil block after the operation began executing is a
-    /// misuse; setting nil is always allowed.
+    ///
+    /// As in Foundation, it may be set at any time before the operation
+    /// finishes, including from the operation's own body: the block in place
+    /// when the operation finishes is the one that runs. A block set after
+    /// the operation finished (for example from its own completion block)
+    /// never runs; it is released at once, and the property reads nil.
     open var completionBlock: (@Sendable () -> Void)? {
         get { withStateLock { _ in extras?.completionBlock } }
         set { setCompletionBlock(newValue) }

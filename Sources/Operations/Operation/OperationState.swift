@@ -297,8 +297,10 @@ struct OperationState: Equatable, Sendable, CustomStringConvertible {
 
     /// Claims the operation for a queue.
     mutating func enqueue() -> EnqueueRefusal? {
-        if isEnqueued { return .alreadyEnqueued }
+        // Finished first: an operation that ran in one queue and is added to
+        // another is refused because it finished, as Foundation says.
         if isFinished || isBaseFinished { return .finished }
+        if isEnqueued { return .alreadyEnqueued }
         if isBaseExecuting { return .executing }
         isEnqueued = true
         return nil

@@ -194,7 +194,8 @@ extension OperationQueue {
         // for them may be needed to make room.
         OperationQueue.releaseKeptSlots(of: ThreadContext.current)
         let record = WaitRegistry.Record(running: ThreadContext.current.runningOperations, target: .room(self))
-        if let reason = WaitRegistry.shared.begin(record) {
+        if let verdict = WaitRegistry.shared.begin(record) {
+            let reason = verdict.reason
             lock.withLock { roomWaiters.removeAll { $0.key == key } }
             OperationMisuse.report(.waitDeadlock, subject: .queue(self), "is full (pending limit) and the add can never proceed: it \(reason) The operations were not added.")
             return false
@@ -260,7 +261,7 @@ extension OperationQueue {
                 detail = "was added to \(misuseSubject), but it already belongs to \(owner.misuseSubject). An operation can be in one queue, once."
             } else {
                 code = .alreadyInQueue
-                detail = "was added to \(misuseSubject) twice; it is already in this queue (or was, and has finished)."
+                detail = "was added to \(misuseSubject) twice; it is already in this queue."
             }
         }
         OperationMisuse.report(code, subject: .operation(operation, in: self), detail)

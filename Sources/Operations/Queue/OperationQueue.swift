@@ -121,14 +121,16 @@ open class OperationQueue: @unchecked Sendable {
 
     init(mainThread: Void) {
         kind = .mainThread
-        storedName = "OperationQueue Main Queue"
+        storedName = "NSOperationQueue Main Queue"
         storedQualityOfService = .userInteractive
         state.width = 1
     }
 
     // MARK: Configuration
 
-    /// A name for debugging. Defaults to `OperationQueue 0x…`.
+    /// A name for debugging. Defaults to `NSOperationQueue 0x…` with the
+    /// queue's address, and ``main``'s to `NSOperationQueue Main Queue`, as
+    /// in Foundation.
     open var name: String? {
         get {
             let stored = lock.withLock { storedName }
@@ -147,8 +149,8 @@ open class OperationQueue: @unchecked Sendable {
 
     /// Whether the queue has a name of its own: true once ``name`` has been
     /// set to a string (and for ``main``), false while ``name`` reads the
-    /// default, `OperationQueue 0x…` (Foundation's reads
-    /// `NSOperationQueue 0x…`), which holds the queue's address.
+    /// default, `NSOperationQueue 0x…` (Foundation's format), which holds
+    /// the queue's address.
     ///
     /// Use it to keep addresses out of logs and metrics: label unnamed
     /// queues together rather than one per address. A subclass that

@@ -47,7 +47,7 @@ public struct OperationReport: Sendable, CustomStringConvertible {
     public let operationTypeName: String?
     /// The ``OperationQueue/name`` of the queue concerned, only when it has
     /// a name of its own (``OperationQueue/isNamed``): never the default
-    /// `OperationQueue 0x…`, which holds an address.
+    /// `NSOperationQueue 0x…`, which holds an address.
     ///
     /// For a queue subject, that queue. For an operation subject, the queue
     /// the report concerns: the one it was being added to, for the add

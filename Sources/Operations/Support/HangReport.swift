@@ -81,15 +81,19 @@ enum HangReport {
     /// Waits on `signal` with no deadline, like `wait(on:deadline:describe:)`,
     /// and re-checks the registered wait `record` now and then: work added,
     /// dependencies added, or widths changed after the wait began can make it
-    /// one that can never end (`WaitRegistry.recheck`). The checks start
-    /// after 50 ms and back off to one per second; a verdict is confirmed by
-    /// a second check 20 ms later before the wait gives up.
+    /// one that can never end, and other changes can make it one that ends
+    /// again (`WaitRegistry.recheck`). The checks start after 50 ms and back
+    /// off to one per second; once a check finds the wait stuck, it is
+    /// checked every 50 ms, and the wait gives up only when every check for
+    /// `WaitRegistry.confirmationDelay` found it stuck.
     static func wait(on signal: WaitSignal, checking record: WaitRegistry.Record, describe: () -> HangDescription) -> Outcome {
         let threshold = Self.threshold
         var warnAt = threshold.map { Deadline(nanosecondsFromNow: $0) }
-        var interval: UInt64 = 50_000_000
+        let suspectInterval: UInt64 = 50_000_000
+        var interval: UInt64 = suspectInterval
         var nextCheck = Deadline(nanosecondsFromNow: interval)
-        var suspect = false
+        // When the checks began finding the wait stuck, without a break.
+        var suspectSince: UInt64?
         while true {
             let until = warnAt.map { min($0, nextCheck) } ?? nextCheck
             if signal.wait(deadline: until) { return .signalled }
@@ -99,12 +103,13 @@ enum HangReport {
                 warnAt = nil
             }
             guard nextCheck.hasPassed(now: now) else { continue }
-            if let reason = WaitRegistry.shared.recheck(record, confirm: suspect) {
-                if suspect { return .neverEnds(reason) }
-                suspect = true
-                nextCheck = Deadline(nanosecondsFromNow: 20_000_000)
+            let confirm = suspectSince.map { now &- $0 >= WaitRegistry.confirmationDelay } ?? false
+            if let verdict = WaitRegistry.shared.recheck(record, confirm: confirm) {
+                if confirm { return .neverEnds(verdict.reason) }
+                if suspectSince == nil { suspectSince = now }
+                nextCheck = Deadline(nanosecondsFromNow: suspectInterval)
             } else {
-                suspect = false
+                suspectSince = nil
                 interval = min(interval * 2, 1_000_000_000)
                 nextCheck = Deadline(nanosecondsFromNow: interval)
             }

@@ -39,7 +39,10 @@ public struct OperationMisuse: Error, Sendable, CustomStringConvertible {
         public static let startAfterFinished = Code("startAfterFinished")
         /// `start()` was called by hand on an operation that a queue owns.
         public static let startOwnedByQueue = Code("startOwnedByQueue")
-        /// A completion block was set after the operation began executing.
+        /// Formerly reported when a completion block was set after the
+        /// operation began executing. No longer reported: as in Foundation,
+        /// a block set before the operation finishes runs when it finishes
+        /// (see ``Operation/completionBlock``). Kept for source compatibility.
         public static let completionBlockAfterStart = Code("completionBlockAfterStart")
         /// The result of a cancelled `InvocationOperation` was read.
         public static let cancelledInvocationResult = Code("cancelledInvocationResult")

@@ -45,9 +45,9 @@ extension Operation {
 }
 
 extension OperationQueue {
-    /// The default ``name``: `OperationQueue 0x…`, with the queue's address.
+    /// The default ``name``: `NSOperationQueue 0x…`, with the queue's address.
     final var defaultName: String {
-        "OperationQueue 0x" + String(UInt(bitPattern: ObjectIdentifier(self)), radix: 16)
+        "NSOperationQueue 0x" + String(UInt(bitPattern: ObjectIdentifier(self)), radix: 16)
     }
 
     /// The queue's name if it has one of its own (see ``isNamed``), else nil.

@@ -1,3 +1,5 @@
+import Dispatch
+
 /// The waits in progress, blocking or `async`, and the check that turns a
 /// wait that can never end into a report instead of a silent hang.
 ///
@@ -17,12 +19,17 @@
 ///
 /// If every way forward leads back to the waiter — it runs the target, or
 /// holds the slot the target needs, or the target's dependencies wait for
-/// it, through any number of other threads' waits — the wait is reported as
-/// `OperationMisuse.Code.waitDeadlock` and not performed. Registration and
-/// the check happen under one lock, so of the waits that close a cycle, the
-/// last to begin sees the others and reports. A blocking wait also checks
-/// again while it waits (`recheck`), so a cycle closed after it began (work
-/// queued behind it, a dependency added) is reported too.
+/// it, through any number of other threads' waits — the wait can never end
+/// as things stand. When nothing another thread does can change that (the
+/// waiter runs the synchronous body it waits for, or one of the queue it
+/// waits for), the wait is reported as `OperationMisuse.Code.waitDeadlock`
+/// at once and not performed. Otherwise another thread may still end it (by
+/// widening a queue, removing a dependency, cancelling an operation), as it
+/// would in Foundation: the wait is registered and proceeds, checks again
+/// while it waits (`recheck`), and is reported only once the verdict has
+/// held for `confirmationDelay`. The same re-checks catch a cycle closed
+/// after the wait began (work queued behind it, a dependency added).
+/// Registration and the checks happen under one lock.
 ///
 /// The check runs only when the waiter is running operations; a wait from
 /// plain code (a test, `main`) holds nothing anyone could need.
@@ -62,34 +69,48 @@ final class WaitRegistry: @unchecked Sendable {
     private var records: [ObjectIdentifier: Record] = [:]
 
     /// Registers `record`. Returns nil when the wait may proceed (call `end`
-    /// when it is over), or an explanation when it can never end (nothing is
-    /// registered then).
-    func begin(_ record: Record) -> String? {
+    /// when it is over), or the verdict when it can certainly never end
+    /// (nothing is registered then).
+    ///
+    /// Only a certain verdict refuses the wait at once: the waiter waits for
+    /// the synchronous body it is itself running, or for the queue of that
+    /// operation. Any other verdict depends on what other threads may still
+    /// change (a queue's width, a dependency, a cancellation, a suspension),
+    /// so the wait is registered and proceeds; a blocking wait re-checks it
+    /// while it waits (`recheck`) and gives up only once the verdict has
+    /// held for `confirmationDelay`.
+    func begin(_ record: Record) -> WaitVerdict? {
         lock.lock()
         defer { lock.unlock() }
         if !record.running.isEmpty {
             var analysis = Analysis(origin: record, records: Array(records.values))
-            if let reason = analysis.neverEnds(record.target) {
-                return reason
+            if let verdict = analysis.neverEnds(record.target), verdict.isCertain {
+                return verdict
             }
         }
         records[ObjectIdentifier(record)] = record
         return nil
     }
 
+    /// How long a wait's verdict "can never end" must keep holding, re-read
+    /// along the way, before the wait gives up and reports it (unless it is
+    /// certain from the start, see `begin`). Long enough for another thread
+    /// to widen a queue, remove a dependency or cancel an operation.
+    static let confirmationDelay: UInt64 = 1_000_000_000
+
     /// Checks again whether the registered wait `record` can ever end (the
-    /// graph may have changed since it began). Returns the reason if it
+    /// graph may have changed since it began). Returns the verdict if it
     /// cannot; with `confirm`, the record is then also removed, under the
     /// same lock, so that of several waits on one cycle only the first to
     /// confirm gives up (the others then see its thread as free).
-    func recheck(_ record: Record, confirm: Bool) -> String? {
+    func recheck(_ record: Record, confirm: Bool) -> WaitVerdict? {
         lock.lock()
         defer { lock.unlock() }
         guard records[ObjectIdentifier(record)] != nil else { return nil }
         var analysis = Analysis(origin: record, records: records.values.filter { $0 !== record })
-        guard let reason = analysis.neverEnds(record.target) else { return nil }
+        guard let verdict = analysis.neverEnds(record.target) else { return nil }
         if confirm { records.removeValue(forKey: ObjectIdentifier(record)) }
-        return reason
+        return verdict
     }
 
     /// Blocks on `signal` until it is signalled or `deadline` passes. A wait
@@ -105,6 +126,19 @@ final class WaitRegistry: @unchecked Sendable {
             return HangReport.wait(on: signal, checking: record, describe: describe)
         }
         return HangReport.wait(on: signal, deadline: deadline, describe: describe) ? .signalled : .timedOut
+    }
+
+    /// For an `async` wait registered with `begin`: re-checks it as a
+    /// blocking wait does while it blocks (see
+    /// `HangReport.wait(on:checking:describe:)`), from a timer, and calls
+    /// `confirmed` once if it can never end (its record is then removed).
+    /// Nil when the waiter runs no operation (such a wait is never checked).
+    /// Cancel the returned watch when the wait ends.
+    func watch(_ record: Record, confirmed: @escaping @Sendable (WaitVerdict) -> Void) -> WaitWatch? {
+        guard !record.running.isEmpty else { return nil }
+        let watch = WaitWatch(record: record, registry: self, confirmed: confirmed)
+        watch.schedule(after: WaitWatch.suspectInterval)
+        return watch
     }
 
     /// Removes a wait registered with `begin`.
@@ -162,29 +196,29 @@ private struct Analysis {
         }
     }
 
-    /// Why `target` can never be reached without the waiter, or nil.
-    mutating func neverEnds(_ target: WaitRegistry.Target) -> String? {
+    /// Why `target` can never be reached without the waiter, or nil. Reads
+    /// no names (user code): the verdict is described after unlocking.
+    mutating func neverEnds(_ target: WaitRegistry.Target) -> WaitVerdict? {
         let root = explore(target)
         solve()
         guard nodes[root]?.stuck == true else { return nil }
+        let waiter = origin.running.last
         switch target {
         case .operation(let operation):
-            let why = originRunning.contains(ObjectIdentifier(operation))
-                ? "the waiter is running it."
-                : "it needs work that is blocked behind this wait (a dependency, a barrier, a slot of its queue, or another waiting thread)."
-            return "waits for \(operation.misuseSubject), which can only finish after \(waiterDescription) — \(why)"
+            if originRunning.contains(ObjectIdentifier(operation)) {
+                // Its own synchronous body (the base `start()` runs it on this
+                // thread, or an `async` body awaits it): nothing can finish it.
+                return WaitVerdict(kind: .runsTarget(operation), waiter: waiter, isCertain: operation.loadState().isBaseExecuting)
+            }
+            return WaitVerdict(kind: .operationBlocked(operation), waiter: waiter, isCertain: false)
         case .queue(let queue):
             if let own = origin.running.first(where: { $0.belongs(to: queue) && !$0.loadState().isFinished }) {
-                return "waits for \(queue.misuseSubject) to finish all its operations from inside its own operation \(own.misuseSubject), which cannot finish while it waits."
+                return WaitVerdict(kind: .ownQueue(queue, own), waiter: waiter, isCertain: own.loadState().isBaseExecuting)
             }
-            return "waits for \(queue.misuseSubject) to finish all its operations, but one of them can only finish after \(waiterDescription)."
+            return WaitVerdict(kind: .queueBlocked(queue), waiter: waiter, isCertain: false)
         case .room(let queue):
-            return "waits for room under the pending limit of \(queue.misuseSubject), but none of its operations can finish before \(waiterDescription)."
+            return WaitVerdict(kind: .room(queue), waiter: waiter, isCertain: false)
         }
-    }
-
-    private var waiterDescription: String {
-        origin.running.last.map { "\($0.misuseSubject), which is waiting" } ?? "the waiter"
     }
 
     // MARK: Building the graph
@@ -234,7 +268,9 @@ private struct Analysis {
             // Queued or not, a pending operation cannot be started (by its
             // queue or by hand) before its dependencies finish.
             pendingOperations.append(operation)
-            for dependency in operation.dependencies where dependency !== operation && !dependency.loadState().isFinished {
+            // The stored edges, not the `open` getter: an override is user
+            // code, and this runs under the registry's lock.
+            for dependency in operation.unfinishedDependencies() where dependency !== operation {
                 result.needs.append(explore(dependency))
             }
         }
@@ -279,5 +315,106 @@ private struct Analysis {
                 }
             }
         }
+    }
+}
+
+/// Why a wait can never end: what the registry found, described (with the
+/// names it reads, which may be user code) only once no lock is held.
+struct WaitVerdict: Sendable {
+    enum Kind {
+        /// The waiter is running the operation it waits for.
+        case runsTarget(Operation)
+        /// The operation needs work that is blocked behind the wait.
+        case operationBlocked(Operation)
+        /// The waiter runs `Operation`, one of the queue's own operations.
+        case ownQueue(OperationQueue, Operation)
+        /// One of the queue's operations needs work blocked behind the wait.
+        case queueBlocked(OperationQueue)
+        /// No operation of the queue can finish to make room.
+        case room(OperationQueue)
+    }
+
+    let kind: Kind
+    /// The operation the waiter runs innermost, if any.
+    let waiter: Operation?
+    /// Whether no other thread can end the wait (see `WaitRegistry.begin`).
+    let isCertain: Bool
+
+    /// The explanation for the misuse report. Call with no lock held.
+    var reason: String {
+        let waiterText = waiter.map { "\($0.misuseSubject), which is waiting" } ?? "the waiter"
+        switch kind {
+        case .runsTarget(let operation):
+            return "waits for \(operation.misuseSubject), which can only finish after \(waiterText) — the waiter is running it."
+        case .operationBlocked(let operation):
+            return "waits for \(operation.misuseSubject), which can only finish after \(waiterText) — it needs work that is blocked behind this wait (a dependency, a barrier, a slot of its queue, or another waiting thread)."
+        case .ownQueue(let queue, let own):
+            return "waits for \(queue.misuseSubject) to finish all its operations from inside its own operation \(own.misuseSubject), which cannot finish while it waits."
+        case .queueBlocked(let queue):
+            return "waits for \(queue.misuseSubject) to finish all its operations, but one of them can only finish after \(waiterText)."
+        case .room(let queue):
+            return "waits for room under the pending limit of \(queue.misuseSubject), but none of its operations can finish before \(waiterText)."
+        }
+    }
+}
+
+/// The re-checks of one `async` wait (see `WaitRegistry.watch`).
+final class WaitWatch: @unchecked Sendable {
+    // @unchecked Sendable: `record`, `registry` and `confirmed` are
+    // immutable; `state` is guarded by its own mutex.
+    static let suspectInterval: UInt64 = 50_000_000
+    private static let timerQueue = DispatchQueue(label: "operations.wait-checks")
+
+    private let record: WaitRegistry.Record
+    private let registry: WaitRegistry
+    private let confirmed: @Sendable (WaitVerdict) -> Void
+    private struct State {
+        var cancelled = false
+        var interval: UInt64 = WaitWatch.suspectInterval
+        var suspectSince: UInt64?
+    }
+    private let state = LockedValue(State())
+
+    init(record: WaitRegistry.Record, registry: WaitRegistry, confirmed: @escaping @Sendable (WaitVerdict) -> Void) {
+        self.record = record
+        self.registry = registry
+        self.confirmed = confirmed
+    }
+
+    /// Stops the checks (the wait ended).
+    func cancel() {
+        state.withLock { $0.cancelled = true }
+    }
+
+    func schedule(after nanoseconds: UInt64) {
+        Self.timerQueue.asyncAfter(deadline: .now() + .nanoseconds(Int(clamping: nanoseconds))) { [self] in check() }
+    }
+
+    private func check() {
+        let now = monotonicNanoseconds()
+        let confirm: Bool? = state.withLock { state in
+            if state.cancelled { return nil }
+            return state.suspectSince.map { now &- $0 >= WaitRegistry.confirmationDelay } ?? false
+        }
+        guard let confirm else { return }
+        let verdict = registry.recheck(record, confirm: confirm)
+        if let verdict, confirm {
+            let proceed = state.withLock { state -> Bool in
+                defer { state.cancelled = true }
+                return !state.cancelled
+            }
+            if proceed { confirmed(verdict) }
+            return
+        }
+        let next: UInt64 = state.withLock { state in
+            if verdict != nil {
+                if state.suspectSince == nil { state.suspectSince = now }
+                return Self.suspectInterval
+            }
+            state.suspectSince = nil
+            state.interval = min(state.interval * 2, 1_000_000_000)
+            return state.interval
+        }
+        schedule(after: next)
     }
 }
