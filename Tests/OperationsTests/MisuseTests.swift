@@ -374,6 +374,39 @@ struct MisuseTests {
         unrelatedWorkStillRuns()
     }
 
+    @Test("with cycle reporting on, two threads adding A→B and B→A at once never both succeed (regression)")
+    func concurrentCheckedEditsCannotCloseACycle() async {
+        // Both adds run in tasks that inherit the reporting scope and the
+        // recording handler; they start together, so that before the fix
+        // both could pass the check before either added its edge.
+        var closed = 0
+        var reportedTotal = 0
+        for _ in 0..<3_000 {
+            let a = BlockOperation {}
+            let b = BlockOperation {}
+            let reported = Counter()
+            let arrived = Counter()
+            let tasks = OperationMisuse.withHandler({ _ in reported.increment() }) {
+                OperationMisuse.withDependencyCycleReporting {
+                    [(a, b), (b, a)].map { pair in
+                        Task {
+                            arrived.increment()
+                            // Bounded spin until both tasks run.
+                            var spins = 0
+                            while arrived.count < 2, spins < 100_000 { spins += 1 }
+                            pair.0.addDependency(pair.1)
+                        }
+                    }
+                }
+            }
+            for task in tasks { await task.value }
+            if a.dependencies.count == 1, b.dependencies.count == 1 { closed += 1 }
+            reportedTotal += reported.count
+        }
+        #expect(closed == 0, "\(closed) cycles were closed without a report")
+        #expect(reportedTotal == 3_000, "one of each pair of adds is refused and reported")
+    }
+
     @Test("with cycle reporting on, a longer cycle A→B→C→D→A is refused and names every operation on it")
     func longerCycle() {
         let ops = ["A", "B", "C", "D"].map { named("long-\($0)") }

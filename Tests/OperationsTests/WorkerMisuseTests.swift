@@ -4,6 +4,11 @@
 // the operation.
 
 import Dispatch
+#if canImport(Glibc)
+import Glibc
+#elseif canImport(Darwin)
+import Darwin
+#endif
 import Synchronization
 import Testing
 @testable import Operations
@@ -172,6 +177,84 @@ struct MisuseExitTests {
             let text = String(decoding: result.standardErrorContent, as: UTF8.self)
             #expect(text.contains("\"exit-cycle-A\"") && text.contains("\"exit-cycle-B\""), "stderr: \(text)")
             #expect(text.contains("dependencyCycle"))
+        }
+    }
+
+    @Test("a wait that another thread ends by widening the serial queue is not a misuse (regression)")
+    func waitEndedByWidening() {
+        withProcessHandler(tag: "widened-") { log in
+            let queue = makeQueue("widened-queue", width: 1)
+            queue.isSuspended = true
+            let later = BlockOperation {}
+            later.name = "widened-later"
+            let finishedLater = LockedValue(false)
+            let waiter = BlockOperation {
+                spawnThread {
+                    usleep(50_000)
+                    queue.maxConcurrentOperationCount = 2
+                }
+                later.waitUntilFinished()
+                finishedLater.withLock { $0 = later.isFinished }
+            }
+            waiter.name = "widened-waiter"
+            queue.addOperations([waiter, later], waitUntilFinished: false)
+            queue.isSuspended = false
+            #expect(queue.waitUntilAllOperationsAreFinished(timeout: patience))
+            #expect(log.events.isEmpty, "\(log.events.map(\.message))")
+            #expect(finishedLater.withLock { $0 }, "the wait returned before the operation finished")
+        }
+    }
+
+    @Test("a wait that another thread ends by removing the blocking dependency is not a misuse (regression)")
+    func waitEndedByRemovedDependency() {
+        withProcessHandler(tag: "unblocked-") { log in
+            let queue = makeQueue("unblocked-serial", width: 1)
+            let other = makeQueue("unblocked-other")
+            let dependent = BlockOperation {}
+            dependent.name = "unblocked-dependent"
+            let finishedDependent = LockedValue(false)
+            let waiter = BlockOperation()
+            waiter.name = "unblocked-waiter"
+            waiter.addExecutionBlock { [unowned waiter] in
+                spawnThread {
+                    usleep(50_000)
+                    dependent.removeDependency(waiter)
+                }
+                dependent.waitUntilFinished()
+                finishedDependent.withLock { $0 = dependent.isFinished }
+            }
+            dependent.addDependency(waiter)
+            other.addOperation(dependent)
+            queue.addOperation(waiter)
+            #expect(queue.waitUntilAllOperationsAreFinished(timeout: patience))
+            #expect(other.waitUntilAllOperationsAreFinished(timeout: patience))
+            #expect(log.events.isEmpty, "\(log.events.map(\.message))")
+            #expect(finishedDependent.withLock { $0 }, "the wait returned before the operation finished")
+        }
+    }
+
+    @Test("a wait that another thread ends by cancelling the operation queued behind it is not a misuse (regression)")
+    func waitEndedByCancellation() {
+        withProcessHandler(tag: "cancelled-behind-") { log in
+            let queue = makeQueue("cancelled-behind-queue", width: 1)
+            queue.isSuspended = true
+            let later = BlockOperation {}
+            later.name = "cancelled-behind-later"
+            let finishedLater = LockedValue(false)
+            let waiter = BlockOperation {
+                spawnThread {
+                    usleep(50_000)
+                    later.cancel()
+                }
+                later.waitUntilFinished()
+                finishedLater.withLock { $0 = later.isFinished }
+            }
+            waiter.name = "cancelled-behind-waiter"
+            queue.addOperations([waiter, later], waitUntilFinished: false)
+            queue.isSuspended = false
+            #expect(queue.waitUntilAllOperationsAreFinished(timeout: patience))
+            #expect(log.events.isEmpty, "\(log.events.map(\.message))")
+            #expect(finishedLater.withLock { $0 }, "the wait returned before the operation finished")
         }
     }
 
