@@ -17,7 +17,7 @@ struct ObservationBalanceTests {
         ]
     }
 
-    @Test("removeDependency reports isReady NO→YES with its old value")
+    @Test("removeDependency reports isReady NO→YES with its old value, nested inside the dependencies change")
     func removeDependencyOldValue() {
         let operation = BlockOperation {}
         let dependency = BlockOperation {}
@@ -27,7 +27,7 @@ struct ObservationBalanceTests {
         operation.removeDependency(dependency)
         #expect(log.all == [
             "dependencies prior", "isReady prior Optional(false) nil",
-            "dependencies", "isReady Optional(false) Optional(true)",
+            "isReady Optional(false) Optional(true)", "dependencies",
         ])
         withExtendedLifetime(tokens) {}
     }

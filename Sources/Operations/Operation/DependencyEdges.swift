@@ -27,7 +27,9 @@ extension Operation {
             return
         }
         // Observers are told only about an edge that will be added, and every
-        // will-change is balanced by a did-change for the same keys.
+        // will-change is balanced by a did-change for the same keys, nested
+        // as Foundation nests them: will `dependencies`, will `isReady`, did
+        // `isReady`, did `dependencies`.
         let observed = loadState().isObserved
         var keys: [String] = []
         if observed {
@@ -52,7 +54,7 @@ extension Operation {
                     if wasReady { unready.record(state, of: self) }
                 }
             }
-            if !keys.isEmpty { notifyDidChange(keys) }
+            if !keys.isEmpty { notifyDidChange(keys.reversed()) }
             unready.report(for: self)
             return
         }
@@ -63,7 +65,7 @@ extension Operation {
             DependencyGraph.checkedEdits.lock()
             if let cycle = DependencyGraph.cycle(closedBy: self, dependingOn: dependency) {
                 DependencyGraph.checkedEdits.unlock()
-                if !keys.isEmpty { notifyDidChange(keys) }
+                if !keys.isEmpty { notifyDidChange(keys.reversed()) }
                 reportCycle(cycle)
                 return
             }
@@ -78,7 +80,7 @@ extension Operation {
             }
         }
         if checksCycles { DependencyGraph.checkedEdits.unlock() }
-        if !keys.isEmpty { notifyDidChange(keys) }
+        if !keys.isEmpty { notifyDidChange(keys.reversed()) }
         unready.report(for: self)
     }
 
@@ -161,7 +163,7 @@ extension Operation {
                 detach(&state, counted: dependency.storedDependents.remove(self))
             }
         }
-        if !keys.isEmpty { notifyDidChange(keys) }
+        if !keys.isEmpty { notifyDidChange(keys.reversed()) }
         withExtendedLifetime(removed) {}
         // An `isReady` override is reported by the queue, when it re-reads it.
         if let readyAt, !overrides(.isReady) { OperationInstrumentation.emit(.ready, self, queue: queue, at: readyAt.time) }
@@ -230,6 +232,14 @@ extension Operation {
             }
         }
         if announce { notifyDidChange(["isReady"]) }
+        if becameReady, case .none = news, overrides(.isReady) {
+            // In no queue, nothing else asks: read the override now, as
+            // Foundation does when an operation's last dependency finishes.
+            // Such getters may act on being asked (the "Advanced
+            // NSOperations" pattern starts evaluating conditions there); a
+            // queue re-reads it itself (`memberReadinessMayHaveChanged`).
+            _ = isReady
+        }
         if becameReady, TraceRecorder.isActive { TraceRecorder.shared.record(.ready, self, queue: nil) }
         // An `isReady` override is reported by the queue, when it re-reads it.
         if let readyAt, !overrides(.isReady) {

@@ -230,9 +230,13 @@ open class OperationQueue: @unchecked Sendable {
     /// A dispatch queue to run the queue's operations on, instead of the
     /// shared pool. Setting it while the queue holds operations is a misuse
     /// (``OperationMisuse/Code/underlyingQueueWhileBusy``), as in Foundation.
-    /// Cannot be changed on ``OperationQueue/main``.
+    /// ``OperationQueue/main`` reports `DispatchQueue.main`, as in
+    /// Foundation, and its underlying queue cannot be changed.
     open var underlyingQueue: DispatchQueue? {
-        get { lock.withLock { storedUnderlyingQueue } }
+        get {
+            if kind == .mainThread { return DispatchQueue.main }
+            return lock.withLock { storedUnderlyingQueue }
+        }
         set {
             guard kind == .pool else { return }
             let busy = lock.withLock { state.count > 0 }
@@ -292,9 +296,12 @@ open class OperationQueue: @unchecked Sendable {
         admitOne(operation)
     }
 
-    /// Wraps `block` in a ``BlockOperation`` and adds it.
+    /// Wraps `block` in a ``BlockOperation`` and adds it through
+    /// `addOperation(_:)` (the one that takes an ``Operation``), as
+    /// Foundation does, so that a subclass that overrides that method sees
+    /// these operations too.
     open func addOperation(_ block: @escaping @Sendable () -> Void) {
-        admitOne(BlockOperation(block: block))
+        addOperation(BlockOperation(block: block))
     }
 
     /// Adds several operations in one step and, if `wait` is true, blocks
