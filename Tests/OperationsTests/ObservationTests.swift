@@ -524,6 +524,29 @@ struct ObservationTests {
         withExtendedLifetime(tokens) {}
     }
 
+    @Test("queue observation by key name: operationCount and isSuspended, with old and new values")
+    func queueObservationByKey() {
+        let queue = makeQueue("observed-by-key", width: 1)
+        let log = Recorder<String>()
+        let tokens = ["operationCount", "isSuspended"].map { key in
+            queue.observe(key: key, options: [.old, .new]) { _, change in
+                log.record("\(key) \(String(describing: change.oldValue ?? nil))→\(String(describing: change.newValue ?? nil))")
+            }
+        }
+        queue.isSuspended = true
+        queue.addOperation {}
+        queue.isSuspended = false
+        #expect(queue.waitUntilAllOperationsAreFinished(timeout: patience))
+        #expect(waitUntil { log.events.count == 4 }, "\(log.events)")
+        #expect(log.events == [
+            "isSuspended Optional(false)→Optional(true)",
+            "operationCount Optional(0)→Optional(1)",
+            "isSuspended Optional(true)→Optional(false)",
+            "operationCount Optional(1)→Optional(0)",
+        ])
+        withExtendedLifetime(tokens) {}
+    }
+
     @Test("queue observation: maxConcurrentOperationCount and name")
     func queueConfigurationObservation() {
         let queue = makeQueue("before")

@@ -28,6 +28,29 @@ extension KeyValueObservable where Self: OperationQueue {
         return KeyValueObservation(registry: registry, entry: entry)
     }
 
+    /// Observes a key by name, as ``Operation`` allows: for code ported from
+    /// key-value observing by string (`"operationCount"`, `"operations"`,
+    /// `"isSuspended"`, …). The queue's own keys are read from its
+    /// properties; any other key by reflection from a stored property named
+    /// `key` (or `_key`), or nil.
+    ///
+    /// - Returns: A token; observation ends when it is invalidated or released.
+    public func observe(
+        key: String,
+        options: ObservationOptions = [],
+        changeHandler: @escaping @Sendable (Self, ObservedChange<Any?>) -> Void
+    ) -> KeyValueObservation {
+        let entry = ObserverEntry<Self, Any?>(
+            key: key,
+            options: options,
+            read: { $0.valueForObservedKey(key) },
+            handler: changeHandler
+        )
+        let registry = registerObserver(entry)
+        entry.start(on: self)
+        return KeyValueObservation(registry: registry, entry: entry)
+    }
+
     static func observationKey<Value>(for keyPath: KeyPath<Self, Value>) -> String? {
         let path = keyPath as AnyKeyPath
         let known: [(AnyKeyPath, String)] = [
@@ -45,6 +68,21 @@ extension KeyValueObservable where Self: OperationQueue {
 }
 
 extension OperationQueue {
+    /// The value observed under `key` (see `observe(key:options:changeHandler:)`).
+    final func valueForObservedKey(_ key: String) -> Any? {
+        switch key {
+        case "operations": return operations
+        case "operationCount": return operationCount
+        case "isSuspended": return isSuspended
+        case "maxConcurrentOperationCount": return maxConcurrentOperationCount
+        case "name": return name
+        case "qualityOfService": return qualityOfService
+        case "underlyingQueue": return underlyingQueue
+        case "progress": return progress
+        default: return reflectedValue(of: self, key: key)
+        }
+    }
+
     final func registerObserver(_ entry: AnyObserverEntry) -> ObservationRegistry {
         let registry = lock.withLock { () -> ObservationRegistry in
             if let observers { return observers }
