@@ -34,7 +34,7 @@ struct AsyncBodyTests {
     }
 
     @Test("an async body starts on the thread that starts the operation, until its first suspension")
-    func asyncBodyStartsOnTheStartingThread() throws {
+    func asyncBodyStartsOnTheStartingThread() async throws {
         let bodyThread = LockedValue<ThreadID?>(nil)
         let release = AsyncGate()
         let operation = ResultOperation { () async -> Int in
@@ -42,20 +42,57 @@ struct AsyncBodyTests {
             await release.opened()
             return 3
         }
-        let starter = currentThreadID()
-        operation.start()
+        // The start and the check run on one thread, with no suspension
+        // between them.
+        let (recorded, starter) = { () -> (ThreadID?, ThreadID) in
+            let starter = currentThreadID()
+            operation.start()
+            return (bodyThread.withLock { $0 }, starter)
+        }()
         // The body's first part ran inside start(), on this thread; the
         // operation then stays executing while the body is suspended.
-        let recorded = try #require(bodyThread.withLock { $0 })
-        #expect(pthread_equal(recorded, starter) != 0)
+        let thread = try #require(recorded)
+        #expect(pthread_equal(thread, starter) != 0)
         #expect(operation.isExecuting)
         release.open()
-        #expect(waitUntil { operation.isFinished })
-        guard case .success(let value)? = operation.result else {
-            Issue.record("expected a value, got \(String(describing: operation.result))")
+        // Awaited, not polled: the body resumes on Swift's cooperative pool,
+        // which a blocked test thread could starve.
+        let value = try await withTimeLimit { try await operation.value }
+        #expect(value == 3)
+    }
+
+    @Test("cancel() reaches a body that has not suspended yet (regression)")
+    func cancelReachesTheFirstPart() async throws {
+        let started = AsyncGate()
+        let sawCancellation = LockedValue(false)
+        let operation = ResultOperation { () async throws -> Int in
+            started.open()
+            // CPU-bound work that polls for cancellation, with no suspension
+            // (bounded: 5 s at most).
+            let clock = ContinuousClock()
+            let end = clock.now + .seconds(5)
+            while clock.now < end {
+                if Task.isCancelled {
+                    sawCancellation.withLock { $0 = true }
+                    throw CancellationError()
+                }
+            }
+            return 1
+        }
+        let queue = OperationQueue()
+        await queue.addOperation(operation)
+        try await withTimeLimit { await started.opened() }
+        operation.cancel()
+        let result = try await withTimeLimit { () -> Result<Int, any Error>? in
+            await operation.finished()
+            return operation.result
+        }
+        #expect(sawCancellation.withLock { $0 }, "the body never saw the cancellation")
+        guard case .failure(let error)? = result else {
+            Issue.record("expected a failure, got \(String(describing: result))")
             return
         }
-        #expect(value == 3)
+        #expect(error is CancellationError)
     }
 
     @Test("cancel() cancels the body's task, which sees Task.isCancelled")

@@ -13,6 +13,16 @@ import Synchronization
 import Testing
 @testable import Operations
 
+/// Installs a process-wide handler recording misuses whose message contains
+/// `tag`; the caller sets the handler back to nil.
+private func installProcessHandler(tag: String) -> Recorder<OperationMisuse> {
+    let log = Recorder<OperationMisuse>()
+    OperationMisuse.handler = { misuse in
+        if misuse.message.contains(tag) { log.record(misuse) }
+    }
+    return log
+}
+
 /// Installs a process-wide handler for the duration of `body`, recording
 /// misuses whose message contains `tag` (other suites run in parallel; their
 /// misuses are recorded elsewhere or refused too), then restores nil.
@@ -143,42 +153,6 @@ struct WorkerMisuseTests {
             #expect(log.events.isEmpty, "\(log.events.map(\.message))")
         }
     }
-}
-
-@Suite("Default misuse policy traps")
-struct MisuseExitTests {
-    @Test("start() twice traps with a message naming the operation")
-    func startTwiceTraps() async {
-        let result = await #expect(processExitsWith: .failure, observing: [\.standardErrorContent]) {
-            let op = BlockOperation {}
-            op.name = "exit-start-twice"
-            op.start()
-            op.start()
-        }
-        if let result {
-            let text = String(decoding: result.standardErrorContent, as: UTF8.self)
-            #expect(text.contains("\"exit-start-twice\""), "stderr: \(text)")
-            #expect(text.contains("startAfterFinished"))
-        }
-    }
-
-    @Test("with cycle reporting on, a dependency cycle traps with a message naming the operations")
-    func cycleTraps() async {
-        let result = await #expect(processExitsWith: .failure, observing: [\.standardErrorContent]) {
-            OperationMisuse.reportsDependencyCycles = true
-            let a = BlockOperation {}
-            a.name = "exit-cycle-A"
-            let b = BlockOperation {}
-            b.name = "exit-cycle-B"
-            a.addDependency(b)
-            b.addDependency(a)
-        }
-        if let result {
-            let text = String(decoding: result.standardErrorContent, as: UTF8.self)
-            #expect(text.contains("\"exit-cycle-A\"") && text.contains("\"exit-cycle-B\""), "stderr: \(text)")
-            #expect(text.contains("dependencyCycle"))
-        }
-    }
 
     @Test("a wait that another thread ends by widening the serial queue is not a misuse (regression)")
     func waitEndedByWidening() {
@@ -258,6 +232,115 @@ struct MisuseExitTests {
         }
     }
 
+    // These two wait with `await`: what they wait for runs on Swift's
+    // cooperative pool, which synchronous tests blocking its threads could
+    // starve.
+
+    @Test("a task created by an async body does not count as running its operation (regression)")
+    func spawnedTaskIsNotTheBody() async throws {
+        let log = installProcessHandler(tag: "spawned-")
+        defer { OperationMisuse.handler = nil }
+        let queue = makeQueue("spawned-queue")
+        let limited = makeQueue("spawned-limited", width: 1)
+        limited.setPendingLimit(1, policy: .reject)
+        let hold = Gate()
+        let observed = Recorder<String>()
+        let done = AsyncGate()
+        let operation = ResultOperation<Int, Never> { () async -> Int in
+            await Task.yield()
+            // Created inside the body, after its first suspension: the task
+            // inherits the body's task-local values.
+            observed.record("body sees current: \(OperationQueue.current == nil ? "nil" : "its queue")")
+            Task {
+                await BodyHandle.shared.operation?.finished()
+                observed.record("finished: \(BodyHandle.shared.operation?.isFinished == true)")
+                observed.record("current: \(OperationQueue.current?.name ?? "nil")")
+                addSynchronously(BlockOperation { hold.wait() }, to: limited)
+                let extra = BlockOperation {}
+                addSynchronously(extra, to: limited)
+                observed.record("extra cancelled: \(extra.isCancelled)")
+                hold.open()
+                done.open()
+            }
+            return 1
+        }
+        operation.name = "spawned-body"
+        BodyHandle.shared.operation = operation
+        await queue.addOperation(operation)
+        try await withTimeLimit { await done.opened() }
+        #expect(log.events.isEmpty, "\(log.events.map(\.message))")
+        #expect(observed.events == [
+            "body sees current: its queue",
+            "finished: true",
+            "current: nil",
+            "extra cancelled: true",
+        ])
+        try await withTimeLimit { await limited.drained() }
+        BodyHandle.shared.operation = nil
+    }
+
+    @Test("a blocking wait for itself made by an async body after its first suspension is reported (regression)")
+    func blockingWaitAfterSuspension() async throws {
+        let log = installProcessHandler(tag: "suspended-waiter")
+        defer { OperationMisuse.handler = nil }
+        let queue = makeQueue("suspended-waiter-queue")
+        let operation = ResultOperation<Int, Never> { () async -> Int in
+            // A suspension that resumes on Swift's cooperative pool.
+            try? await Task.sleep(for: .milliseconds(10))
+            waitForOperation(BodyHandle.shared.waiter)
+            return 1
+        }
+        operation.name = "suspended-waiter"
+        BodyHandle.shared.waiter = operation
+        await queue.addOperation(operation)
+        // Polled, not awaited: if the wait hangs, `finished()` would never
+        // return, and a time limit cannot cancel a task blocked in it.
+        let clock = ContinuousClock()
+        let deadline = clock.now + patience
+        while !operation.isFinished, clock.now < deadline {
+            try await Task.sleep(for: .milliseconds(2))
+        }
+        #expect(operation.isFinished, "the wait hung")
+        #expect(log.events.map(\.code) == [.waitDeadlock])
+        BodyHandle.shared.waiter = nil
+    }
+}
+
+@Suite("Default misuse policy traps")
+struct MisuseExitTests {
+    @Test("start() twice traps with a message naming the operation")
+    func startTwiceTraps() async {
+        let result = await #expect(processExitsWith: .failure, observing: [\.standardErrorContent]) {
+            let op = BlockOperation {}
+            op.name = "exit-start-twice"
+            op.start()
+            op.start()
+        }
+        if let result {
+            let text = String(decoding: result.standardErrorContent, as: UTF8.self)
+            #expect(text.contains("\"exit-start-twice\""), "stderr: \(text)")
+            #expect(text.contains("startAfterFinished"))
+        }
+    }
+
+    @Test("with cycle reporting on, a dependency cycle traps with a message naming the operations")
+    func cycleTraps() async {
+        let result = await #expect(processExitsWith: .failure, observing: [\.standardErrorContent]) {
+            OperationMisuse.reportsDependencyCycles = true
+            let a = BlockOperation {}
+            a.name = "exit-cycle-A"
+            let b = BlockOperation {}
+            b.name = "exit-cycle-B"
+            a.addDependency(b)
+            b.addDependency(a)
+        }
+        if let result {
+            let text = String(decoding: result.standardErrorContent, as: UTF8.self)
+            #expect(text.contains("\"exit-cycle-A\"") && text.contains("\"exit-cycle-B\""), "stderr: \(text)")
+            #expect(text.contains("dependencyCycle"))
+        }
+    }
+
     @Test("a wait deadlock on a worker thread traps with a message naming the operation and queue")
     func workerDeadlockTraps() async {
         let result = await #expect(processExitsWith: .failure, observing: [\.standardErrorContent]) {
@@ -282,4 +365,25 @@ struct MisuseExitTests {
             #expect(text.contains("waitDeadlock"))
         }
     }
+}
+
+/// Operations that bodies refer to (set before they run).
+private final class BodyHandle: @unchecked Sendable {
+    // @unchecked Sendable: set by the test before the operation is added,
+    // read by its body afterwards (the add orders them).
+    static let shared = BodyHandle()
+    var operation: Operation?
+    var waiter: Operation?
+}
+
+/// A synchronous function an `async` body calls: blocking waits are
+/// unavailable in `async` code itself.
+private func waitForOperation(_ operation: Operation?) {
+    operation?.waitUntilFinished()
+}
+
+/// The synchronous add (which follows the pending limit's policy), from
+/// `async` code, where `addOperation` resolves to the suspending form.
+private func addSynchronously(_ operation: Operation, to queue: OperationQueue) {
+    queue.addOperation(operation)
 }

@@ -43,7 +43,7 @@ extension Operation {
     /// end and a handler refused it.
     final func awaitRetirement() async -> OperationMisuse? {
         if loadState().isRetired { return nil }
-        let running = OperationTaskContext.current.map { [$0.operation] } ?? []
+        let running = OperationTaskContext.ownOperation.map { [$0] } ?? []
         let record = WaitRegistry.Record(running: running, target: .operation(self))
         if let verdict = WaitRegistry.shared.begin(record) {
             let reason = verdict.reason

@@ -13,7 +13,7 @@ extension OperationQueue {
     /// Waits until the queue is idle; returns the misuse if the wait could
     /// never end and a handler refused it.
     final func awaitIdle() async -> OperationMisuse? {
-        let running = OperationTaskContext.current.map { [$0.operation] } ?? []
+        let running = OperationTaskContext.ownOperation.map { [$0] } ?? []
         let record = WaitRegistry.Record(running: running, target: .queue(self))
         if let verdict = WaitRegistry.shared.begin(record) {
             let reason = verdict.reason

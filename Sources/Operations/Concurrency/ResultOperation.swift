@@ -186,9 +186,15 @@ open class ResultOperation<Success: Sendable, Failure: Error>: Operation, @unche
         unowned(unsafe) let context = ThreadContext.current
         let queue = context.queue
         let qos = effectiveQualityOfService(queue: queue)
+        // Registered before the task starts: with `Task.immediate` the body
+        // runs its first part inside `start`, before a handle exists, and a
+        // cancellation meanwhile must reach it (`AsyncBodyCancellation`).
+        let cancellation = AsyncBodyCancellation()
+        onCancel { cancellation.cancel() }
         let run: @Sendable () async -> Void = { [self] in
+            cancellation.attachCurrentTask()
             let outcome = await OperationTaskContext.$current.withValue(
-                OperationTaskContext(operation: self, queue: queue)
+                OperationTaskContext(operation: self, queue: queue, task: OperationTaskContext.currentTaskIdentity)
             ) { () async -> Result<Success, Failure>? in
                 guard let carried else { return await Self.runAsync(work, inputs: operations) }
                 var outcome: Result<Success, Failure>?
@@ -207,8 +213,7 @@ open class ResultOperation<Success: Sendable, Failure: Error>: Operation, @unche
                 self.finishAsyncBody()
             }
         }
-        let task = AsyncBodyTask.start(priority: qos.taskPriority, run)
-        onCancel { task.cancel() }
+        cancellation.holdHandle(AsyncBodyTask.start(priority: qos.taskPriority, run))
         return .continues
     }
 
@@ -331,29 +336,3 @@ private func inputValue<Input, InputFailure>(
 }
 
 private func isPresent<Value>(_ value: Value?) -> Bool { value != nil }
-
-/// How an `async` body's task starts.
-enum AsyncBodyTask {
-    /// Starts `body` in a new task that runs on the calling thread (the
-    /// worker that starts the operation) until its first suspension, where
-    /// the runtime allows it: a body that does not suspend then costs no
-    /// hop to Swift's cooperative pool and back. Elsewhere it is a detached
-    /// task. The task is unstructured either way; the operation's
-    /// cancellation cancels it.
-    static func start(priority: TaskPriority, _ body: @escaping @Sendable () async -> Void) -> Task<Void, Never> {
-        if #available(macOS 26.0, iOS 26.0, tvOS 26.0, watchOS 26.0, visionOS 26.0, *) {
-            return Task.immediate(priority: priority, operation: body)
-        }
-        return Task.detached(priority: priority, operation: body)
-    }
-}
-
-/// The operation an `async` body runs for, as a task-local value, so that
-/// `OperationQueue.current`, adds that bypass the pending limit, and wait
-/// checks work inside async bodies.
-struct OperationTaskContext: Sendable {
-    let operation: Operation
-    let queue: OperationQueue?
-
-    @TaskLocal static var current: OperationTaskContext?
-}

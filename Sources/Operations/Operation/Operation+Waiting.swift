@@ -33,7 +33,7 @@ extension Operation {
         // Only a wait without a deadline can block forever: it is checked
         // (and registered, for other waits' checks). A bounded wait ends by
         // itself, so it neither is reported nor counts as blocking its thread.
-        let record = deadline == nil ? WaitRegistry.Record(running: context.runningOperations, target: .operation(self)) : nil
+        let record = deadline == nil ? WaitRegistry.Record(running: context.runningOperationsIncludingTask, target: .operation(self)) : nil
         if let record, let verdict = WaitRegistry.shared.begin(record) {
             let reason = verdict.reason
             OperationMisuse.report(.waitDeadlock, subject: .operation(self), "is waited for (waitUntilFinished) but can never finish: the wait \(reason)")

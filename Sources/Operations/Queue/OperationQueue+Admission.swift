@@ -178,7 +178,7 @@ extension OperationQueue {
     /// themselves.
     final func isCalledFromInside() -> Bool {
         if ThreadContext.current.queue === self { return true }
-        return OperationTaskContext.current?.queue === self
+        return OperationTaskContext.own?.queue === self
     }
 
     /// Waits until the pending limit leaves room for `count` operations.
@@ -193,7 +193,7 @@ extension OperationQueue {
         // From the observers of a finished operation: the queue slot it kept
         // for them may be needed to make room.
         OperationQueue.releaseKeptSlots(of: ThreadContext.current)
-        let record = WaitRegistry.Record(running: ThreadContext.current.runningOperations, target: .room(self))
+        let record = WaitRegistry.Record(running: ThreadContext.current.runningOperationsIncludingTask, target: .room(self))
         if let verdict = WaitRegistry.shared.begin(record) {
             let reason = verdict.reason
             lock.withLock { roomWaiters.removeAll { $0.key == key } }

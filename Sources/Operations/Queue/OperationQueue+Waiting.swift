@@ -32,7 +32,7 @@ extension OperationQueue {
         let running = context.runningOperations
         // As for an operation's wait: only an unbounded wait is checked and
         // registered.
-        let record = deadline == nil ? WaitRegistry.Record(running: running, target: .queue(self)) : nil
+        let record = deadline == nil ? WaitRegistry.Record(running: context.runningOperationsIncludingTask, target: .queue(self)) : nil
         if let record, let verdict = WaitRegistry.shared.begin(record) {
             let reason = verdict.reason
             OperationMisuse.report(.waitDeadlock, subject: .queue(self), "cannot be waited for here: the wait \(reason) Wait from outside the queue, or use a completion block or a dependency.")

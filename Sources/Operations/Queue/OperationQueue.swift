@@ -386,7 +386,7 @@ open class OperationQueue: @unchecked Sendable {
     open class var current: OperationQueue? {
         unowned(unsafe) let context = ThreadContext.current
         if let queue = context.queue { return queue }
-        if let queue = OperationTaskContext.current?.queue { return queue }
+        if let queue = OperationTaskContext.own?.queue { return queue }
         return context.isMainThread ? OperationQueue.main : nil
     }
 

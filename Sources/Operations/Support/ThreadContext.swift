@@ -80,6 +80,19 @@ final class ThreadContext {
         return result
     }
 
+    /// `runningOperations`, plus the operation whose `async` body the
+    /// calling task runs (a blocking wait made from a synchronous function
+    /// that the body calls, after its first suspension, runs on a thread of
+    /// Swift's cooperative pool, which has no thread context). For the wait
+    /// checks only: reading the task-local costs more than the rest.
+    var runningOperationsIncludingTask: [Operation] {
+        var result = runningOperations
+        if let own = OperationTaskContext.ownOperation, !result.contains(where: { $0 === own }) {
+            result.append(own)
+        }
+        return result
+    }
+
     /// Whether `operation` is one this thread is running.
     func isRunning(_ operation: Operation) -> Bool {
         let opaque = Unmanaged.passUnretained(operation).toOpaque()
