@@ -190,6 +190,20 @@ struct InvocationOperationTests {
         #expect(worker.calls.events == ["log hello"])
     }
 
+    @Test("a method returning nil gives a nil result; a non-nil optional casts to its value")
+    func optionalResult() {
+        final class Lookup: Sendable {
+            func find(_ key: String) -> Int? { key == "answer" ? 42 : nil }
+        }
+        let lookup = Lookup()
+        let missing = InvocationOperation(target: lookup, method: Lookup.find, argument: "nothing")
+        missing.start()
+        #expect(missing.result == nil)
+        let found = InvocationOperation(target: lookup, method: Lookup.find, argument: "answer")
+        found.start()
+        #expect(found.result as? Int == 42)
+    }
+
     @Test("a method without arguments")
     func noArgumentMethod() {
         let worker = ImageWorker()

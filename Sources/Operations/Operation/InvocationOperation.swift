@@ -35,10 +35,7 @@ open class InvocationOperation: Operation, @unchecked Sendable {
         method: @escaping @Sendable (Target) -> (Argument) -> Result,
         argument: Argument
     ) {
-        invocation = {
-            let value = method(target)(argument)
-            return Result.self == Void.self ? nil : value
-        }
+        invocation = { invocationResult(method(target)(argument)) }
         super.init()
     }
 
@@ -47,10 +44,7 @@ open class InvocationOperation: Operation, @unchecked Sendable {
         target: Target,
         method: @escaping @Sendable (Target) -> () -> Result
     ) {
-        invocation = {
-            let value = method(target)()
-            return Result.self == Void.self ? nil : value
-        }
+        invocation = { invocationResult(method(target)()) }
         super.init()
     }
 
@@ -72,8 +66,9 @@ open class InvocationOperation: Operation, @unchecked Sendable {
         withStateLock { _ in storedResult = value }
     }
 
-    /// What the method returned: nil until the operation finishes, and for
-    /// methods returning `Void`.
+    /// What the method returned: nil until the operation finishes, for
+    /// methods returning `Void`, and when the method returned nil (an
+    /// optional result is unwrapped, as Foundation's is an object or nil).
     ///
     /// Reading it after the operation was cancelled is a misuse; if a
     /// handler refuses the misuse, the value is nil.
@@ -88,4 +83,23 @@ open class InvocationOperation: Operation, @unchecked Sendable {
         }
         return withStateLock { _ in storedResult }
     }
+}
+
+/// What an invocation's ``InvocationOperation/result`` holds for `value`:
+/// nil for `Void` and for an optional that is nil (not an `Any` wrapping
+/// `nil`, which `result == nil` would not catch), else the value (a
+/// non-nil optional casts to its wrapped type with `as?`).
+private func invocationResult<Result: Sendable>(_ value: Result) -> (any Sendable)? {
+    if Result.self == Void.self { return nil }
+    if let optional = value as? any NilCheckable, optional.isNil { return nil }
+    return value
+}
+
+/// An optional, asked whether it is nil without knowing its wrapped type.
+private protocol NilCheckable {
+    var isNil: Bool { get }
+}
+
+extension Optional: NilCheckable {
+    fileprivate var isNil: Bool { self == nil }
 }
