@@ -163,6 +163,24 @@ struct StreamTests {
         #expect(count == 0)
     }
 
+    @Test("the sequence of an operation deinitialized without finishing ends (regression)")
+    func deinitializedOperationSequence() async throws {
+        let tracker = LifetimeTracker()
+        var changes: AsyncStream<Operation.StateChange>?
+        do {
+            let operation = tracker.track(BlockOperation {})
+            changes = operation.stateChanges
+            operation.cancel()
+        }
+        #expect(tracker.alive.isEmpty, "the sequence keeps the operation alive")
+        let seen = try await withTimeLimit { [changes] in
+            var seen: [String] = []
+            if let changes { for await change in changes { seen.append(change.description) } }
+            return seen
+        }
+        #expect(seen == ["isCancelled NO→YES", "isReady YES→YES"])
+    }
+
     @Test("a queue's events: added, started, finished, drained")
     func queueEvents() async throws {
         let queue = OperationQueue()

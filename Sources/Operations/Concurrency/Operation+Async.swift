@@ -111,7 +111,9 @@ extension Operation {
     /// The operation's lifecycle changes (`isReady`, `isCancelled`,
     /// `isExecuting`, `isFinished`) as an asynchronous sequence, in the order
     /// they happen. The sequence ends after `isFinished` becomes true; for an
-    /// operation that has already finished it ends at once.
+    /// operation that has already finished it ends at once; for one that is
+    /// deinitialized without finishing (never started), it ends then. The
+    /// sequence does not keep the operation alive.
     ///
     /// Each access starts a new subscription. Changes are buffered until
     /// consumed.
@@ -122,6 +124,7 @@ extension Operation {
             return stream
         }
         var tokens: [KeyValueObservation] = []
+        var registry: ObservationRegistry?
         for key in StateChange.Key.allCases {
             let entry = ObserverEntry<Operation, Bool>(
                 key: key.rawValue,
@@ -133,9 +136,12 @@ extension Operation {
                     if key == .isFinished, change.newValue { continuation.finish() }
                 }
             )
-            let registry = registerObserver(entry)
-            tokens.append(KeyValueObservation(registry: registry, entry: entry))
+            let registered = registerObserver(entry)
+            registry = registered
+            tokens.append(KeyValueObservation(registry: registered, entry: entry))
         }
+        // An operation deinitialized before it finished ends the stream too.
+        registry?.onOwnerDeinitialized { continuation.finish() }
         let held = ObservationBag(tokens)
         continuation.onTermination = { _ in held.invalidate() }
         // Finished between the check above and the registration.

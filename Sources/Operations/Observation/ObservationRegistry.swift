@@ -8,6 +8,24 @@ final class ObservationRegistry: @unchecked Sendable {
     // is held; notifications work on a snapshot taken under the lock.
     private let lock = PlatformLock()
     private var entries: [AnyObserverEntry] = []
+    /// Run once when the observed object is deinitialized.
+    private var ownerEndHandlers: [@Sendable () -> Void] = []
+
+    /// Registers `handler` to run once when the observed object is
+    /// deinitialized (an observation stream ends then).
+    func onOwnerDeinitialized(_ handler: @escaping @Sendable () -> Void) {
+        lock.withLock { ownerEndHandlers.append(handler) }
+    }
+
+    /// The observed object is being deinitialized: runs the handlers, after
+    /// releasing the lock. Called from the object's `deinit`.
+    func ownerDeinitialized() {
+        let handlers = lock.withLock { () -> [@Sendable () -> Void] in
+            defer { ownerEndHandlers = [] }
+            return ownerEndHandlers
+        }
+        for handler in handlers { handler() }
+    }
 
     func add(_ entry: AnyObserverEntry) {
         lock.withLock { entries.append(entry) }

@@ -77,6 +77,8 @@ open class Operation: @unchecked Sendable {
     public init() {}
 
     deinit {
+        // A state-change stream of an operation that never finished ends here.
+        extras?.observers?.ownerDeinitialized()
         releaseEdgesOnDeinit()
     }
 
