@@ -267,7 +267,7 @@ struct WorkerMisuseTests {
         operation.name = "spawned-body"
         BodyHandle.shared.operation = operation
         await queue.addOperation(operation)
-        try await withTimeLimit { await done.opened() }
+        try await withTimeLimit(30) { await done.opened() }
         #expect(log.events.isEmpty, "\(log.events.map(\.message))")
         #expect(observed.events == [
             "body sees current: its queue",
@@ -275,7 +275,7 @@ struct WorkerMisuseTests {
             "current: nil",
             "extra cancelled: true",
         ])
-        try await withTimeLimit { await limited.drained() }
+        try await withTimeLimit(30) { await limited.drained() }
         BodyHandle.shared.operation = nil
     }
 
@@ -296,7 +296,7 @@ struct WorkerMisuseTests {
         // Polled, not awaited: if the wait hangs, `finished()` would never
         // return, and a time limit cannot cancel a task blocked in it.
         let clock = ContinuousClock()
-        let deadline = clock.now + patience
+        let deadline = clock.now + .seconds(30)
         while !operation.isFinished, clock.now < deadline {
             try await Task.sleep(for: .milliseconds(2))
         }
