@@ -55,11 +55,7 @@ extension Operation {
         let gate = ResumeOnce()
         // A wait that other threads could still end is re-checked while it
         // lasts; a verdict that holds ends it as a misuse.
-        let stuck = LockedValue<WaitVerdict?>(nil)
-        let deadlockWatch = WaitRegistry.shared.watch(record) { verdict in
-            stuck.withLock { $0 = verdict }
-            gate.resume()
-        }
+        let deadlockWatch = WaitRegistry.shared.watch(record) { gate.resume() }
         defer { deadlockWatch?.cancel() }
         let key = LockedValue<Int?>(nil)
         await withTaskCancellationHandler {
@@ -74,7 +70,7 @@ extension Operation {
         } onCancel: {
             self.cancel()
         }
-        if let verdict = stuck.withLock({ $0 }) {
+        if let verdict = deadlockWatch?.verdict {
             if let registered = key.withLock({ $0 }) { removeRetireWaiter(registered) }
             return OperationMisuse.reportReturning(.waitDeadlock, subject: .operation(self), "is awaited but can never finish: the wait \(verdict.reason)")
         }

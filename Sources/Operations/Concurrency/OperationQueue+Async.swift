@@ -25,11 +25,7 @@ extension OperationQueue {
         let gate = ResumeOnce()
         // A wait that other threads could still end is re-checked while it
         // lasts; a verdict that holds ends it as a misuse.
-        let stuck = LockedValue<WaitVerdict?>(nil)
-        let deadlockWatch = WaitRegistry.shared.watch(record) { verdict in
-            stuck.withLock { $0 = verdict }
-            gate.resume()
-        }
+        let deadlockWatch = WaitRegistry.shared.watch(record) { gate.resume() }
         defer { deadlockWatch?.cancel() }
         let key = LockedValue<Int?>(nil)
         await withTaskCancellationHandler {
@@ -49,7 +45,7 @@ extension OperationQueue {
             let removed = lock.withLock { drainWaiters.remove(registered) }
             withExtendedLifetime(removed) {}
         }
-        if let verdict = stuck.withLock({ $0 }) {
+        if let verdict = deadlockWatch?.verdict {
             return OperationMisuse.reportReturning(.waitDeadlock, subject: .queue(self), "is awaited (drained()) but can never drain: the wait \(verdict.reason)")
         }
         return nil

@@ -170,3 +170,26 @@ func reflectedValue(of object: AnyObject, key: String) -> Any? {
     }
     return nil
 }
+
+/// What the library observes: operations and queues. Each keeps one
+/// registry, created on first use.
+protocol ObservationHost: AnyObject {
+    /// Adds `entry` to the object's registry (created if needed) and
+    /// returns the registry.
+    func registerObserver(_ entry: AnyObserverEntry) -> ObservationRegistry
+}
+
+/// Registers an observer of `key` (nil: re-evaluated on every announced
+/// change) on `root`, delivers `.initial` if asked, and returns its token.
+func startObserving<Root: ObservationHost, Value>(
+    _ root: Root,
+    key: String?,
+    options: ObservationOptions,
+    read: @escaping (Root) -> Value,
+    handler: @escaping @Sendable (Root, ObservedChange<Value>) -> Void
+) -> KeyValueObservation {
+    let entry = ObserverEntry<Root, Value>(key: key, options: options, read: read, handler: handler)
+    let registry = root.registerObserver(entry)
+    entry.start(on: root)
+    return KeyValueObservation(registry: registry, entry: entry)
+}

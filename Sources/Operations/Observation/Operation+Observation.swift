@@ -1,4 +1,4 @@
-extension Operation: KeyValueObservable {}
+extension Operation: KeyValueObservable, ObservationHost {}
 
 extension KeyValueObservable where Self: Operation {
     /// Observes a property, like Foundation's `NSObject.observe(_:options:changeHandler:)`.
@@ -38,15 +38,7 @@ extension KeyValueObservable where Self: Operation {
         options: ObservationOptions = [],
         changeHandler: @escaping @Sendable (Self, ObservedChange<Value>) -> Void
     ) -> KeyValueObservation {
-        let entry = ObserverEntry<Self, Value>(
-            key: Self.observationKey(for: keyPath),
-            options: options,
-            read: { $0[keyPath: keyPath] },
-            handler: changeHandler
-        )
-        let registry = registerObserver(entry)
-        entry.start(on: self)
-        return KeyValueObservation(registry: registry, entry: entry)
+        startObserving(self, key: Self.observationKey(for: keyPath), options: options, read: { $0[keyPath: keyPath] }, handler: changeHandler)
     }
 
     /// Observes a key by name, for keys that have no key path (for example a
@@ -60,15 +52,7 @@ extension KeyValueObservable where Self: Operation {
         options: ObservationOptions = [],
         changeHandler: @escaping @Sendable (Self, ObservedChange<Any?>) -> Void
     ) -> KeyValueObservation {
-        let entry = ObserverEntry<Self, Any?>(
-            key: key,
-            options: options,
-            read: { $0.valueForObservedKey(key) },
-            handler: changeHandler
-        )
-        let registry = registerObserver(entry)
-        entry.start(on: self)
-        return KeyValueObservation(registry: registry, entry: entry)
+        startObserving(self, key: key, options: options, read: { $0.valueForObservedKey(key) }, handler: changeHandler)
     }
 
     /// The key a key path stands for, or nil for a key path the library

@@ -1,4 +1,4 @@
-extension OperationQueue: KeyValueObservable {}
+extension OperationQueue: KeyValueObservable, ObservationHost {}
 
 extension KeyValueObservable where Self: OperationQueue {
     /// Observes a property of the queue, like Foundation's
@@ -17,15 +17,7 @@ extension KeyValueObservable where Self: OperationQueue {
         options: ObservationOptions = [],
         changeHandler: @escaping @Sendable (Self, ObservedChange<Value>) -> Void
     ) -> KeyValueObservation {
-        let entry = ObserverEntry<Self, Value>(
-            key: Self.observationKey(for: keyPath),
-            options: options,
-            read: { $0[keyPath: keyPath] },
-            handler: changeHandler
-        )
-        let registry = registerObserver(entry)
-        entry.start(on: self)
-        return KeyValueObservation(registry: registry, entry: entry)
+        startObserving(self, key: Self.observationKey(for: keyPath), options: options, read: { $0[keyPath: keyPath] }, handler: changeHandler)
     }
 
     /// Observes a key by name, as ``Operation`` allows: for code ported from
@@ -40,15 +32,7 @@ extension KeyValueObservable where Self: OperationQueue {
         options: ObservationOptions = [],
         changeHandler: @escaping @Sendable (Self, ObservedChange<Any?>) -> Void
     ) -> KeyValueObservation {
-        let entry = ObserverEntry<Self, Any?>(
-            key: key,
-            options: options,
-            read: { $0.valueForObservedKey(key) },
-            handler: changeHandler
-        )
-        let registry = registerObserver(entry)
-        entry.start(on: self)
-        return KeyValueObservation(registry: registry, entry: entry)
+        startObserving(self, key: key, options: options, read: { $0.valueForObservedKey(key) }, handler: changeHandler)
     }
 
     static func observationKey<Value>(for keyPath: KeyPath<Self, Value>) -> String? {

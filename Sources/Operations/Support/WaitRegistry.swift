@@ -131,10 +131,11 @@ final class WaitRegistry: @unchecked Sendable {
     /// For an `async` wait registered with `begin`: re-checks it as a
     /// blocking wait does while it blocks (see
     /// `HangReport.wait(on:checking:describe:)`), from a timer, and calls
-    /// `confirmed` once if it can never end (its record is then removed).
-    /// Nil when the waiter runs no operation (such a wait is never checked).
-    /// Cancel the returned watch when the wait ends.
-    func watch(_ record: Record, confirmed: @escaping @Sendable (WaitVerdict) -> Void) -> WaitWatch? {
+    /// `confirmed` once if it can never end (its record is then removed;
+    /// the watch's `verdict` says why). Nil when the waiter runs no
+    /// operation (such a wait is never checked). Cancel the returned watch
+    /// when the wait ends.
+    func watch(_ record: Record, confirmed: @escaping @Sendable () -> Void) -> WaitWatch? {
         guard !record.running.isEmpty else { return nil }
         let watch = WaitWatch(record: record, registry: self, confirmed: confirmed)
         watch.schedule(after: WaitWatch.suspectInterval)
@@ -367,15 +368,19 @@ final class WaitWatch: @unchecked Sendable {
 
     private let record: WaitRegistry.Record
     private let registry: WaitRegistry
-    private let confirmed: @Sendable (WaitVerdict) -> Void
+    private let confirmed: @Sendable () -> Void
     private struct State {
         var cancelled = false
         var interval: UInt64 = WaitWatch.suspectInterval
         var suspectSince: UInt64?
+        var verdict: WaitVerdict?
     }
     private let state = LockedValue(State())
 
-    init(record: WaitRegistry.Record, registry: WaitRegistry, confirmed: @escaping @Sendable (WaitVerdict) -> Void) {
+    /// Why the wait can never end, once confirmed; nil until then.
+    var verdict: WaitVerdict? { state.withLock { $0.verdict } }
+
+    init(record: WaitRegistry.Record, registry: WaitRegistry, confirmed: @escaping @Sendable () -> Void) {
         self.record = record
         self.registry = registry
         self.confirmed = confirmed
@@ -401,9 +406,11 @@ final class WaitWatch: @unchecked Sendable {
         if let verdict, confirm {
             let proceed = state.withLock { state -> Bool in
                 defer { state.cancelled = true }
-                return !state.cancelled
+                guard !state.cancelled else { return false }
+                state.verdict = verdict
+                return true
             }
-            if proceed { confirmed(verdict) }
+            if proceed { confirmed() }
             return
         }
         let next: UInt64 = state.withLock { state in
