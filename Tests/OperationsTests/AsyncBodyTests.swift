@@ -33,8 +33,9 @@ struct AsyncBodyTests {
         #expect(!operation.isExecuting)
     }
 
-    @Test("an async body starts on the thread that starts the operation, until its first suspension")
+    @Test("an async body started by its queue begins on the queue's worker, until its first suspension")
     func asyncBodyStartsOnTheStartingThread() async throws {
+        let starterThread = LockedValue<ThreadID?>(nil)
         let bodyThread = LockedValue<ThreadID?>(nil)
         let release = AsyncGate()
         let operation = ResultOperation { () async -> Int in
@@ -42,23 +43,40 @@ struct AsyncBodyTests {
             await release.opened()
             return 3
         }
-        // The start and the check run on one thread, with no suspension
-        // between them.
-        let (recorded, starter) = { () -> (ThreadID?, ThreadID) in
-            let starter = currentThreadID()
-            operation.start()
-            return (bodyThread.withLock { $0 }, starter)
-        }()
-        // The body's first part ran inside start(), on this thread; the
-        // operation then stays executing while the body is suspended.
-        let thread = try #require(recorded)
-        #expect(pthread_equal(thread, starter) != 0)
+        // The isExecuting observer runs inside start(), on the thread that
+        // starts the operation, right before the body.
+        let token = operation.observe(\.isExecuting, options: [.new]) { _, change in
+            if change.newValue == true { starterThread.withLock { $0 = currentThreadID() } }
+        }
+        let queue = OperationQueue()
+        await queue.addOperation(operation)
+        let clock = ContinuousClock()
+        let deadline = clock.now + patience
+        while bodyThread.withLock({ $0 }) == nil, clock.now < deadline {
+            try await Task.sleep(for: .milliseconds(1))
+        }
+        let starter = try #require(starterThread.withLock { $0 })
+        let body = try #require(bodyThread.withLock { $0 })
+        #expect(pthread_equal(body, starter) != 0)
         #expect(operation.isExecuting)
         release.open()
-        // Awaited, not polled: the body resumes on Swift's cooperative pool,
-        // which a blocked test thread could starve.
         let value = try await withTimeLimit { try await operation.value }
         #expect(value == 3)
+        withExtendedLifetime(token) {}
+    }
+
+    @Test("an async body started by hand runs in a detached task: the caller's task-local values do not leak in")
+    func asyncBodyStartedByHandIsDetached() async throws {
+        let seen = LockedValue<String?>("unset")
+        let operation = ResultOperation { () async -> Int in
+            seen.withLock { $0 = StartContext.marker }
+            return 4
+        }
+        StartContext.$marker.withValue("caller") {
+            operation.start()
+        }
+        #expect(try await withTimeLimit { try await operation.value } == 4)
+        #expect(seen.withLock { $0 } == nil, "the body saw the caller's task-local value")
     }
 
     @Test("cancel() reaches a body that has not suspended yet (regression)")
@@ -299,4 +317,9 @@ struct AsyncBodyTests {
         }
         #expect(priority == .utility)
     }
+}
+
+/// A task-local value bound around a `start()` by hand.
+private enum StartContext {
+    @TaskLocal static var marker: String?
 }

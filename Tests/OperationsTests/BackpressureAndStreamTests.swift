@@ -119,6 +119,23 @@ struct BackpressureTests {
         queue.isSuspended = false
         try await withTimeLimit { await queue.drained() }
     }
+
+    @Test("a structured child of an async body adds to the body's own full queue without waiting (regression)")
+    func structuredChildBypassesPendingLimit() async throws {
+        let queue = OperationQueue()
+        queue.setPendingLimit(1)
+        let added = BlockOperation {}
+        let body = ResultOperation<Int, Never> { () async -> Int in
+            await withTaskGroup(of: Void.self) { group in
+                group.addTask { await queue.addOperation(added) }
+            }
+            return 1
+        }
+        await queue.addOperation(body)
+        _ = try await withTimeLimit { try await body.value }
+        try await withTimeLimit { await queue.drained() }
+        #expect(added.isFinished)
+    }
 }
 
 @Suite("asynchronous sequences")

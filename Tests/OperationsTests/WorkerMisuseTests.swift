@@ -236,6 +236,39 @@ struct WorkerMisuseTests {
     // cooperative pool, which synchronous tests blocking its threads could
     // starve.
 
+    @Test("an async body waiting for room in a queue whose operation waits for that body: reported (regression)")
+    func asyncRoomWaitCycleReported() async throws {
+        let log = installProcessHandler(tag: "room-cycle")
+        defer { OperationMisuse.handler = nil }
+        let bodies = makeQueue("room-cycle-bodies")
+        let full = makeQueue("room-cycle-full")
+        full.setPendingLimit(1)
+        let entered = Gate()
+        let blocker = BlockOperation {
+            // Waits for the body that waits for room this operation holds.
+            _ = entered.wait()
+            BodyHandle.shared.operation?.waitUntilFinished()
+        }
+        blocker.name = "room-cycle-blocker"
+        addSynchronously(blocker, to: full)
+        let body = ResultOperation<Int, Never> { () async -> Int in
+            entered.open()
+            await full.addOperation(BlockOperation {})
+            return 1
+        }
+        body.name = "room-cycle-body"
+        BodyHandle.shared.operation = body
+        await bodies.addOperation(body)
+        let clock = ContinuousClock()
+        let deadline = clock.now + .seconds(30)
+        while !(body.isFinished && blocker.isFinished), clock.now < deadline {
+            try await Task.sleep(for: .milliseconds(2))
+        }
+        #expect(body.isFinished && blocker.isFinished, "the cycle hung")
+        #expect(log.events.map(\.code) == [.waitDeadlock], "\(log.events.map(\.message))")
+        BodyHandle.shared.operation = nil
+    }
+
     @Test("a task created by an async body does not count as running its operation (regression)")
     func spawnedTaskIsNotTheBody() async throws {
         let log = installProcessHandler(tag: "spawned-")

@@ -4,47 +4,62 @@
 
 /// How an `async` body's task starts.
 enum AsyncBodyTask {
-    /// Starts `body` in a new task that runs on the calling thread (the
-    /// worker that starts the operation) until its first suspension, where
-    /// the runtime allows it: a body that does not suspend then costs no
-    /// hop to Swift's cooperative pool and back. Elsewhere it is a detached
-    /// task. The task is unstructured either way; the operation's
+    /// Starts `body` in a new, unstructured task; the operation's
     /// cancellation cancels it (see `AsyncBodyCancellation`).
-    static func start(priority: TaskPriority, _ body: @escaping @Sendable () async -> Void) -> Task<Void, Never> {
-        if #available(macOS 26.0, iOS 26.0, tvOS 26.0, watchOS 26.0, visionOS 26.0, *) {
+    ///
+    /// With `onCallingThread` (a queue's drain loop starting the operation,
+    /// on a thread that runs no task), the task runs on the calling thread
+    /// until its first suspension, where the runtime has `Task.immediate`: a
+    /// body that does not suspend then costs no hop to Swift's cooperative
+    /// pool and back. Otherwise (a `start()` by hand, or from inside a task,
+    /// whose caller may hold locks or task-local values the body must not
+    /// see) it is a detached task, and `start()` returns at once.
+    static func start(priority: TaskPriority, onCallingThread: Bool, _ body: @escaping @Sendable () async -> Void) -> Task<Void, Never> {
+        if onCallingThread, #available(macOS 26.0, iOS 26.0, tvOS 26.0, watchOS 26.0, visionOS 26.0, *) {
             return Task.immediate(priority: priority, operation: body)
         }
         return Task.detached(priority: priority, operation: body)
+    }
+
+    /// Whether the calling thread runs no task.
+    static var callerIsOutsideTasks: Bool {
+        withUnsafeCurrentTask { $0 == nil }
     }
 }
 
 /// Carries an operation's `cancel()` to the task running its `async` body,
 /// at any moment: before the task starts, while it runs its first part on
 /// the starting thread (inside `Task.immediate`, before a handle exists),
-/// and afterwards.
+/// and afterwards. Also records the task's identity (see
+/// `OperationTaskContext.own`).
 ///
 /// The task records itself first thing (`attachCurrentTask`); the starting
-/// thread stores the handle once `Task.immediate` returns (`holdHandle`).
-/// A cancellation cancels whichever it finds, or is remembered and applied
-/// by `attachCurrentTask`. Cancelling a task runs its cancellation handlers
+/// thread stores the handle once the task is created (`holdHandle`). A
+/// cancellation cancels whichever it finds, or is remembered and applied by
+/// `attachCurrentTask`. Cancelling a task runs its cancellation handlers
 /// (user code), so it happens after the lock is released.
 final class AsyncBodyCancellation: @unchecked Sendable {
     // @unchecked Sendable: every field is read and written only while
-    // `lock` is held. `current` refers to the body's task without retaining
-    // it; the task object stays alive at least as long as the handle that
-    // `AsyncBodyTask.start` returns, which the starting thread holds from
-    // before `current` can be read until it hands it to `holdHandle`, after
-    // which this object holds it. So `current` is valid whenever it is read.
+    // `lock` is held. `current` and `handle` each retain the task object
+    // (`UnsafeCurrentTask` holds a strong reference, as `Task` does), so
+    // whichever is set is valid to cancel from any thread, and the task's
+    // address stays unique while this object lives.
     private let lock = PlatformLock()
     private var current: UnsafeCurrentTask?
     private var handle: Task<Void, Never>?
     private var requested = false
+    private var identity: UInt = 0
+
+    /// The identity of the body's task (0 until it has started).
+    var taskIdentity: UInt { lock.withLock { identity } }
 
     /// Called by the body's task before anything else.
     func attachCurrentTask() {
+        let identity = OperationTaskContext.currentTaskIdentity
         withUnsafeCurrentTask { task in
             guard let task else { return }
             let cancelNow = lock.withLock { () -> Bool in
+                self.identity = identity
                 if requested { return true }
                 current = task
                 return false
@@ -54,12 +69,11 @@ final class AsyncBodyCancellation: @unchecked Sendable {
         }
     }
 
-    /// Keeps the task's handle (and so the task object) for later
-    /// cancellations; applies one that came before it.
+    /// Keeps the task's handle for later cancellations; applies one that
+    /// came before it.
     func holdHandle(_ task: Task<Void, Never>) {
         let cancelNow = lock.withLock { () -> Bool in
             handle = task
-            current = nil
             return requested
         }
         if cancelNow { task.cancel() }
@@ -83,15 +97,26 @@ final class AsyncBodyCancellation: @unchecked Sendable {
 /// `OperationQueue.current`, adds that bypass the pending limit, and wait
 /// checks work inside async bodies.
 ///
-/// Task-local values are copied into every task created inside the body,
-/// including unstructured ones that outlive it: `task` identifies the
-/// body's own task, so that only the body itself counts as running the
-/// operation (`ownOperation`, `ownQueue`).
+/// Task-local values are copied into every task created inside the body:
+/// structured children (`async let`, task groups), which cannot outlive it,
+/// and unstructured tasks, which can. The runtime does not tell them apart.
+/// So:
+/// - `inherited` (the body and every task it created, while the operation
+///   has not finished) decides `OperationQueue.current` and the pending-limit
+///   bypass, where counting an unstructured task as inside costs little and
+///   not counting a structured child could deadlock;
+/// - `own` (the body's own task only) decides what a wait counts as running,
+///   where counting an unstructured task that waits for the operation would
+///   report a deadlock that is not one. A structured child that waits for
+///   its own operation is therefore not recognised (it hangs, as in
+///   Foundation, and the hang report names it).
 struct OperationTaskContext: Sendable {
     let operation: Operation
     let queue: OperationQueue?
-    /// The identity of the task running the body.
-    let task: UInt
+    /// The body's task: holding its cancellation keeps the task object (and
+    /// so its address, which `own` compares) alive as long as any task
+    /// carries this context.
+    let body: AsyncBodyCancellation
 
     @TaskLocal static var current: OperationTaskContext?
 
@@ -107,11 +132,17 @@ struct OperationTaskContext: Sendable {
         }
     }
 
+    /// The context of the body or of a task it created, while the operation
+    /// has not finished.
+    static var inherited: OperationTaskContext? {
+        guard let context = current, !context.operation.loadState().isFinished else { return nil }
+        return context
+    }
+
     /// The context, if the calling task is the body's own task and its
     /// operation has not finished; nil in tasks the body created.
     static var own: OperationTaskContext? {
-        guard let context = current, !context.operation.loadState().isFinished,
-              context.task == currentTaskIdentity else { return nil }
+        guard let context = inherited, context.body.taskIdentity == currentTaskIdentity else { return nil }
         return context
     }
 

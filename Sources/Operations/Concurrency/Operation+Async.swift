@@ -70,7 +70,8 @@ extension Operation {
         } onCancel: {
             self.cancel()
         }
-        if let verdict = deadlockWatch?.verdict {
+        // A verdict confirmed just as the operation retired is moot.
+        if let verdict = deadlockWatch?.verdict, !loadState().isRetired {
             if let registered = key.withLock({ $0 }) { removeRetireWaiter(registered) }
             return OperationMisuse.reportReturning(.waitDeadlock, subject: .operation(self), "is awaited but can never finish: the wait \(verdict.reason)")
         }
@@ -137,9 +138,12 @@ extension Operation {
             tokens.append(KeyValueObservation(registry: registered, entry: entry))
         }
         // An operation deinitialized before it finished ends the stream too.
-        registry?.onOwnerDeinitialized { continuation.finish() }
+        let endKey = registry?.onOwnerDeinitialized { continuation.finish() }
         let held = ObservationBag(tokens)
-        continuation.onTermination = { _ in held.invalidate() }
+        continuation.onTermination = { [weak registry] _ in
+            held.invalidate()
+            if let endKey { registry?.removeOwnerHandler(endKey) }
+        }
         // Finished between the check above and the registration.
         if loadState().isFinished { continuation.finish() }
         return stream

@@ -45,7 +45,8 @@ extension OperationQueue {
             let removed = lock.withLock { drainWaiters.remove(registered) }
             withExtendedLifetime(removed) {}
         }
-        if let verdict = deadlockWatch?.verdict {
+        // A verdict confirmed just as the queue drained is moot.
+        if let verdict = deadlockWatch?.verdict, !lock.withLock({ state.isIdle }) {
             return OperationMisuse.reportReturning(.waitDeadlock, subject: .queue(self), "is awaited (drained()) but can never drain: the wait \(verdict.reason)")
         }
         return nil

@@ -12,10 +12,11 @@
 /// - A synchronous body runs in ``Operation/main()`` on the thread that
 ///   starts the operation (a pool worker in a queue).
 /// - An `async` body runs in a task at the priority matching the operation's
-///   quality of service. The task starts on the thread that starts the
-///   operation and runs there until its first suspension (on platforms
-///   whose runtime has `Task.immediate`; elsewhere it is a detached task),
-///   then continues on Swift's cooperative pool. The operation stays
+///   quality of service. Started by its queue, the task runs on the queue's
+///   worker until its first suspension (on platforms whose runtime has
+///   `Task.immediate`), then continues on Swift's cooperative pool; started
+///   by hand, it is a detached task and `start()` returns at once. The
+///   operation stays
 ///   executing, holding its queue slot but no thread while the body is
 ///   suspended, until the body returns. ``Operation/cancel()``
 ///   cancels the task, so the body sees `Task.isCancelled`.
@@ -194,7 +195,7 @@ open class ResultOperation<Success: Sendable, Failure: Error>: Operation, @unche
         let run: @Sendable () async -> Void = { [self] in
             cancellation.attachCurrentTask()
             let outcome = await OperationTaskContext.$current.withValue(
-                OperationTaskContext(operation: self, queue: queue, task: OperationTaskContext.currentTaskIdentity)
+                OperationTaskContext(operation: self, queue: queue, body: cancellation)
             ) { () async -> Result<Success, Failure>? in
                 guard let carried else { return await Self.runAsync(work, inputs: operations) }
                 var outcome: Result<Success, Failure>?
@@ -213,7 +214,10 @@ open class ResultOperation<Success: Sendable, Failure: Error>: Operation, @unche
                 self.finishAsyncBody()
             }
         }
-        cancellation.holdHandle(AsyncBodyTask.start(priority: qos.taskPriority, run))
+        // On the calling thread only when this operation's own queue starts
+        // it from a drain loop.
+        let byOwnQueue = queue != nil && owningQueueForAnalysis() === queue && AsyncBodyTask.callerIsOutsideTasks
+        cancellation.holdHandle(AsyncBodyTask.start(priority: qos.taskPriority, onCallingThread: byOwnQueue, run))
         return .continues
     }
 

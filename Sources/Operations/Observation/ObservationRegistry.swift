@@ -9,21 +9,26 @@ final class ObservationRegistry: @unchecked Sendable {
     private let lock = PlatformLock()
     private var entries: [AnyObserverEntry] = []
     /// Run once when the observed object is deinitialized.
-    private var ownerEndHandlers: [@Sendable () -> Void] = []
+    private var ownerEndHandlers = CallbackList()
 
     /// Registers `handler` to run once when the observed object is
-    /// deinitialized (an observation stream ends then).
-    func onOwnerDeinitialized(_ handler: @escaping @Sendable () -> Void) {
-        lock.withLock { ownerEndHandlers.append(handler) }
+    /// deinitialized (an observation stream ends then). Returns the key
+    /// that removes it (`removeOwnerHandler`).
+    func onOwnerDeinitialized(_ handler: @escaping @Sendable () -> Void) -> Int {
+        lock.withLock { ownerEndHandlers.add(handler) }
+    }
+
+    /// Removes a handler registered with `onOwnerDeinitialized` (its stream
+    /// ended first); released after unlocking.
+    func removeOwnerHandler(_ key: Int) {
+        let removed = lock.withLock { ownerEndHandlers.remove(key) }
+        withExtendedLifetime(removed) {}
     }
 
     /// The observed object is being deinitialized: runs the handlers, after
     /// releasing the lock. Called from the object's `deinit`.
     func ownerDeinitialized() {
-        let handlers = lock.withLock { () -> [@Sendable () -> Void] in
-            defer { ownerEndHandlers = [] }
-            return ownerEndHandlers
-        }
+        let handlers = lock.withLock { ownerEndHandlers.takeAll() }
         for handler in handlers { handler() }
     }
 
@@ -160,9 +165,13 @@ private extension Equatable {
 
 /// Reads a stored property named `key` (or `_key`) by reflection, for
 /// string-keyed observation of a subclass's own properties.
+///
+/// Only the levels declared outside this module are read: the library's
+/// own classes keep their state under locks that reflection would bypass
+/// (reading them here would be a data race).
 func reflectedValue(of object: AnyObject, key: String) -> Any? {
     var mirror: Mirror? = Mirror(reflecting: object)
-    while let current = mirror {
+    while let current = mirror, !isLibraryType(current.subjectType) {
         for child in current.children where child.label == key || child.label == "_" + key {
             return child.value
         }
@@ -170,6 +179,17 @@ func reflectedValue(of object: AnyObject, key: String) -> Any? {
     }
     return nil
 }
+
+/// Whether `type` is declared in this module (`Operations.…`).
+private func isLibraryType(_ type: Any.Type) -> Bool {
+    String(reflecting: type).hasPrefix(libraryTypePrefix)
+}
+
+/// The module prefix of this library's type names, read once.
+private let libraryTypePrefix: String = {
+    let name = String(reflecting: Operation.self)
+    return String(name.prefix(upTo: name.lastIndex(of: ".") ?? name.endIndex)) + "."
+}()
 
 /// What the library observes: operations and queues. Each keeps one
 /// registry, created on first use.

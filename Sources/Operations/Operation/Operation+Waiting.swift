@@ -47,6 +47,8 @@ extension Operation {
         }
         guard outcome != .signalled else { return true }
         removeRetireWaiter(key)
+        // A verdict confirmed just as the operation retired is moot.
+        if loadState().isRetired { return true }
         if case .neverEnds(let reason) = outcome {
             OperationMisuse.report(.waitDeadlock, subject: .operation(self), "is waited for (waitUntilFinished) but can never finish: the wait \(reason)")
         }

@@ -178,7 +178,7 @@ extension OperationQueue {
     /// themselves.
     final func isCalledFromInside() -> Bool {
         if ThreadContext.current.queue === self { return true }
-        return OperationTaskContext.own?.queue === self
+        return OperationTaskContext.inherited?.queue === self
     }
 
     /// Waits until the pending limit leaves room for `count` operations.
@@ -195,9 +195,8 @@ extension OperationQueue {
         OperationQueue.releaseKeptSlots(of: ThreadContext.current)
         let record = WaitRegistry.Record(running: ThreadContext.current.runningOperationsIncludingTask, target: .room(self))
         if let verdict = WaitRegistry.shared.begin(record) {
-            let reason = verdict.reason
             lock.withLock { roomWaiters.removeAll { $0.key == key } }
-            OperationMisuse.report(.waitDeadlock, subject: .queue(self), "is full (pending limit) and the add can never proceed: it \(reason) The operations were not added.")
+            reportNoRoomEver(verdict.reason)
             return false
         }
         defer { WaitRegistry.shared.end(record) }
@@ -208,7 +207,7 @@ extension OperationQueue {
         }
         if case .neverEnds(let reason) = outcome {
             lock.withLock { roomWaiters.removeAll { $0.key == key } }
-            OperationMisuse.report(.waitDeadlock, subject: .queue(self), "is full (pending limit) and the add can never proceed: it \(reason) The operations were not added.")
+            reportNoRoomEver(reason)
             return false
         }
         return true

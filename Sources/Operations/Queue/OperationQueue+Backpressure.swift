@@ -84,12 +84,26 @@ extension OperationQueue {
                 refuseForLackOfRoom(operations)
                 return
             }
-            await waitForRoomAsync(count: operations.count)
+            guard await waitForRoomAsync(count: operations.count) else { return }
         }
     }
 
-    private func waitForRoomAsync(count: Int) async {
+    /// Suspends until there may be room for `count` operations. Returns
+    /// false when the wait could never end (a misuse, reported; the
+    /// operations are not added), as the blocking add does.
+    private func waitForRoomAsync(count: Int) async -> Bool {
+        // Registered like a blocking wait for room, so that the deadlock
+        // checks see what this body waits for (and other waits see it).
+        let running = OperationTaskContext.ownOperation.map { [$0] } ?? []
+        let record = WaitRegistry.Record(running: running, target: .room(self))
+        if let verdict = WaitRegistry.shared.begin(record) {
+            reportNoRoomEver(verdict.reason)
+            return false
+        }
+        defer { WaitRegistry.shared.end(record) }
         let gate = ResumeOnce()
+        let deadlockWatch = WaitRegistry.shared.watch(record) { gate.resume() }
+        defer { deadlockWatch?.cancel() }
         let key = LockedValue<Int?>(nil)
         let watch = HangReport.watch { [self] in .queue(self, "await addOperation waits for room under the pending limit of:") }
         defer { watch?.cancel() }
@@ -116,6 +130,18 @@ extension OperationQueue {
             }
             withExtendedLifetime(removed) {}
         }
+        // A verdict confirmed just as room was made is moot.
+        if let verdict = deadlockWatch?.verdict, !lock.withLock({ state.hasRoom(for: count) }) {
+            reportNoRoomEver(verdict.reason)
+            return false
+        }
+        return true
+    }
+
+    /// Reports an add that waits for room that can never come (`reason`:
+    /// the wait's verdict).
+    func reportNoRoomEver(_ reason: String) {
+        OperationMisuse.report(.waitDeadlock, subject: .queue(self), "is full (pending limit) and the add can never proceed: it \(reason) The operations were not added.")
     }
 }
 

@@ -59,10 +59,12 @@ extension OperationQueue {
             }
             idle = outcome == .signalled
             if !idle {
-                let removed = lock.withLock { drainWaiters.remove(key) }
+                let (removed, idleNow) = lock.withLock { (drainWaiters.remove(key), state.isIdle) }
                 withExtendedLifetime(removed) {}
+                // A verdict confirmed just as the queue drained is moot.
+                idle = idleNow
             }
-            if case .neverEnds(let reason) = outcome { neverEnds = reason }
+            if !idle, case .neverEnds(let reason) = outcome { neverEnds = reason }
         }
         if stepsAside {
             let effects = lock.withLock { () -> QueueEffects in

@@ -381,13 +381,13 @@ open class OperationQueue: @unchecked Sendable {
     // MARK: Current and main
 
     /// The queue that is running the current operation (including inside
-    /// an `async` operation body, in the body's own task: a task that the
-    /// body creates is not part of the operation), or
-    /// ``OperationQueue/main`` on the main thread, otherwise nil.
+    /// an `async` operation body and the tasks it creates, while the
+    /// operation has not finished), or ``OperationQueue/main`` on the main
+    /// thread, otherwise nil.
     open class var current: OperationQueue? {
         unowned(unsafe) let context = ThreadContext.current
         if let queue = context.queue { return queue }
-        if let queue = OperationTaskContext.own?.queue { return queue }
+        if let queue = OperationTaskContext.inherited?.queue { return queue }
         return context.isMainThread ? OperationQueue.main : nil
     }
 

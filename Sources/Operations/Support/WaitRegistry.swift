@@ -80,11 +80,16 @@ final class WaitRegistry: @unchecked Sendable {
     /// while it waits (`recheck`) and gives up only once the verdict has
     /// held for `confirmationDelay`.
     func begin(_ record: Record) -> WaitVerdict? {
+        // The analysis holds operations and queues; it is released after
+        // unlocking, in case it holds the last reference to one of them
+        // (whose deinit may be user code).
+        var analysis: Analysis?
+        defer { withExtendedLifetime(analysis) {} }
         lock.lock()
         defer { lock.unlock() }
         if !record.running.isEmpty {
-            var analysis = Analysis(origin: record, records: Array(records.values))
-            if let verdict = analysis.neverEnds(record.target), verdict.isCertain {
+            analysis = Analysis(origin: record, records: Array(records.values))
+            if let verdict = analysis?.neverEnds(record.target), verdict.isCertain {
                 return verdict
             }
         }
@@ -104,11 +109,14 @@ final class WaitRegistry: @unchecked Sendable {
     /// same lock, so that of several waits on one cycle only the first to
     /// confirm gives up (the others then see its thread as free).
     func recheck(_ record: Record, confirm: Bool) -> WaitVerdict? {
+        // Released after unlocking, as in `begin`.
+        var analysis: Analysis?
+        defer { withExtendedLifetime(analysis) {} }
         lock.lock()
         defer { lock.unlock() }
         guard records[ObjectIdentifier(record)] != nil else { return nil }
-        var analysis = Analysis(origin: record, records: records.values.filter { $0 !== record })
-        guard let verdict = analysis.neverEnds(record.target) else { return nil }
+        analysis = Analysis(origin: record, records: records.values.filter { $0 !== record })
+        guard let verdict = analysis?.neverEnds(record.target) else { return nil }
         if confirm { records.removeValue(forKey: ObjectIdentifier(record)) }
         return verdict
     }
@@ -361,52 +369,61 @@ struct WaitVerdict: Sendable {
 
 /// The re-checks of one `async` wait (see `WaitRegistry.watch`).
 final class WaitWatch: @unchecked Sendable {
-    // @unchecked Sendable: `record`, `registry` and `confirmed` are
-    // immutable; `state` is guarded by its own mutex.
+    // @unchecked Sendable: `registry` and `confirmed` are immutable; `state`
+    // (with the record) is guarded by its own lock. A pending timer holds
+    // the watch weakly, and `cancel()` drops the record, so a wait that
+    // ended keeps neither its operations nor its queue alive.
     static let suspectInterval: UInt64 = 50_000_000
     private static let timerQueue = DispatchQueue(label: "operations.wait-checks")
 
-    private let record: WaitRegistry.Record
     private let registry: WaitRegistry
     private let confirmed: @Sendable () -> Void
     private struct State {
-        var cancelled = false
+        /// Nil once the wait ended (`cancel()`) or gave up.
+        var record: WaitRegistry.Record?
         var interval: UInt64 = WaitWatch.suspectInterval
         var suspectSince: UInt64?
         var verdict: WaitVerdict?
     }
-    private let state = LockedValue(State())
+    private let state: LockedValue<State>
 
     /// Why the wait can never end, once confirmed; nil until then.
     var verdict: WaitVerdict? { state.withLock { $0.verdict } }
 
     init(record: WaitRegistry.Record, registry: WaitRegistry, confirmed: @escaping @Sendable () -> Void) {
-        self.record = record
         self.registry = registry
         self.confirmed = confirmed
+        state = LockedValue(State(record: record))
     }
 
-    /// Stops the checks (the wait ended).
+    /// Stops the checks (the wait ended); the record is released after
+    /// unlocking.
     func cancel() {
-        state.withLock { $0.cancelled = true }
+        let released = state.withLock { state -> WaitRegistry.Record? in
+            defer { state.record = nil }
+            return state.record
+        }
+        withExtendedLifetime(released) {}
     }
 
     func schedule(after nanoseconds: UInt64) {
-        Self.timerQueue.asyncAfter(deadline: .now() + .nanoseconds(Int(clamping: nanoseconds))) { [self] in check() }
+        Self.timerQueue.asyncAfter(deadline: .now() + .nanoseconds(Int(clamping: nanoseconds))) { [weak self] in
+            self?.check()
+        }
     }
 
     private func check() {
         let now = monotonicNanoseconds()
-        let confirm: Bool? = state.withLock { state in
-            if state.cancelled { return nil }
-            return state.suspectSince.map { now &- $0 >= WaitRegistry.confirmationDelay } ?? false
+        let pending = state.withLock { state -> (WaitRegistry.Record, Bool)? in
+            guard let record = state.record else { return nil }
+            return (record, state.suspectSince.map { now &- $0 >= WaitRegistry.confirmationDelay } ?? false)
         }
-        guard let confirm else { return }
+        guard let (record, confirm) = pending else { return }
         let verdict = registry.recheck(record, confirm: confirm)
         if let verdict, confirm {
             let proceed = state.withLock { state -> Bool in
-                defer { state.cancelled = true }
-                guard !state.cancelled else { return false }
+                guard state.record != nil else { return false }
+                state.record = nil
                 state.verdict = verdict
                 return true
             }
