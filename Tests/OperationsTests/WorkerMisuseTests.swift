@@ -269,6 +269,28 @@ struct WorkerMisuseTests {
         BodyHandle.shared.operation = nil
     }
 
+    @Test("an AsyncOperation waiting in its block for itself, finished by another thread, is not a misuse (regression)")
+    func asyncOperationWaitsForItsOwnFinish() {
+        withProcessHandler(tag: "self-finishing") { log in
+            let queue = makeQueue("self-finishing-queue")
+            let returned = Gate()
+            let operation = AsyncOperation { operation in
+                // The callback that finishes it comes from another thread.
+                spawnThread {
+                    usleep(50_000)
+                    operation.finish()
+                }
+                operation.waitUntilFinished()
+                returned.open()
+            }
+            operation.name = "self-finishing"
+            queue.addOperation(operation)
+            #expect(returned.wait(), "the wait did not return")
+            #expect(queue.waitUntilAllOperationsAreFinished(timeout: patience))
+            #expect(log.events.isEmpty, "\(log.events.map(\.message))")
+        }
+    }
+
     @Test("a task created by an async body does not count as running its operation (regression)")
     func spawnedTaskIsNotTheBody() async throws {
         let log = installProcessHandler(tag: "spawned-")

@@ -215,19 +215,27 @@ private struct Analysis {
         switch target {
         case .operation(let operation):
             if originRunning.contains(ObjectIdentifier(operation)) {
-                // Its own synchronous body (the base `start()` runs it on this
-                // thread, or an `async` body awaits it): nothing can finish it.
-                return WaitVerdict(kind: .runsTarget(operation), waiter: waiter, isCertain: operation.loadState().isBaseExecuting)
+                // Its own body, run by the base `start()` (on this thread, or
+                // an `async` body awaiting it): nothing else can finish it.
+                return WaitVerdict(kind: .runsTarget(operation), waiter: waiter, isCertain: Self.onlyItsBodyFinishes(operation))
             }
             return WaitVerdict(kind: .operationBlocked(operation), waiter: waiter, isCertain: false)
         case .queue(let queue):
             if let own = origin.running.first(where: { $0.belongs(to: queue) && !$0.loadState().isFinished }) {
-                return WaitVerdict(kind: .ownQueue(queue, own), waiter: waiter, isCertain: own.loadState().isBaseExecuting)
+                return WaitVerdict(kind: .ownQueue(queue, own), waiter: waiter, isCertain: Self.onlyItsBodyFinishes(own))
             }
             return WaitVerdict(kind: .queueBlocked(queue), waiter: waiter, isCertain: false)
         case .room(let queue):
             return WaitVerdict(kind: .room(queue), waiter: waiter, isCertain: false)
         }
+    }
+
+    /// Whether `operation` can finish only by its body returning: the base
+    /// `start()` runs the body (base-executing), and it is not an
+    /// ``AsyncOperation``, whose `finish()` may come from any thread (a
+    /// class that overrides `start()` is never base-executing).
+    private static func onlyItsBodyFinishes(_ operation: Operation) -> Bool {
+        operation.loadState().isBaseExecuting && !(operation is AsyncOperation)
     }
 
     // MARK: Building the graph
