@@ -209,9 +209,9 @@ open class ResultOperation<Success: Sendable, Failure: Error>: Operation, @unche
                 // pool, which makes up for blocked workers, not on this
                 // thread of Swift's cooperative pool, which no task could use
                 // while they block (not even the one they may wait for).
-                WorkerPool.shared.submit(ClosureJob { [self] in self.finishAsyncBody() }, qos: qos.index)
+                WorkerPool.shared.submit(ClosureJob { [self] in self.finishAsyncBody(tailQoS: nil) }, qos: qos.index)
             } else {
-                self.finishAsyncBody()
+                self.finishAsyncBody(tailQoS: qos.index)
             }
         }
         // On the calling thread only when this operation's own queue starts
@@ -236,8 +236,16 @@ open class ResultOperation<Success: Sendable, Failure: Error>: Operation, @unche
     }
 
     /// The `async` body has returned: the operation finishes.
-    private func finishAsyncBody() {
-        withThreadContext { bodyDidFinish(wasExecuting: true, announced: false) }?.run()
+    private func finishAsyncBody(tailQoS: Int?) {
+        guard let plan = withThreadContext({ bodyDidFinish(wasExecuting: true, announced: false) }) else { return }
+        // A completion block set from another thread after the check above
+        // still runs on a worker of the pool (`tailQoS`: this thread is not
+        // one), as the check intends.
+        if let tailQoS, plan.hasUserTail {
+            WorkerPool.shared.submit(FinishPlanJob(plan), qos: tailQoS)
+        } else {
+            plan.run()
+        }
     }
 
     /// Runs a synchronous body.

@@ -367,3 +367,20 @@ struct LifecycleKeys: OptionSet, Sendable {
         return result
     }
 }
+
+/// Steps 2 to 6 of one finish (`FinishPlan.run()`), run as a pool job: for
+/// a finish on a thread where its user tail must not run (Swift's
+/// cooperative pool).
+final class FinishPlanJob: PoolJob, @unchecked Sendable {
+    // @unchecked Sendable: `plan` is taken once, by the one worker that runs
+    // the job; nothing else touches it.
+    private var plan: FinishPlan?
+
+    init(_ plan: consuming FinishPlan) {
+        self.plan = plan
+    }
+
+    func runJob(on worker: Worker) {
+        plan.take()?.run()
+    }
+}
