@@ -269,15 +269,16 @@ struct WorkerMisuseTests {
         BodyHandle.shared.operation = nil
     }
 
-    @Test("an AsyncOperation waiting in its block for itself, finished by another thread, is not a misuse (regression)")
+    @Test("an AsyncOperation waiting in its block for itself, finished later by another thread, is not a misuse (regression)")
     func asyncOperationWaitsForItsOwnFinish() {
         withProcessHandler(tag: "self-finishing") { log in
             let queue = makeQueue("self-finishing-queue")
             let returned = Gate()
             let operation = AsyncOperation { operation in
-                // The callback that finishes it comes from another thread.
+                // The callback that finishes it comes from another thread,
+                // later than the wait checks' confirmation delay (1 s).
                 spawnThread {
-                    usleep(50_000)
+                    usleep(1_500_000)
                     operation.finish()
                 }
                 operation.waitUntilFinished()

@@ -275,7 +275,13 @@ private struct Analysis {
     private mutating func node(for operation: Operation) -> Node {
         let state = operation.loadState()
         if state.isRetired { return Node(fixed: false) }
-        if originRunning.contains(ObjectIdentifier(operation)) { return Node(fixed: true) }
+        if originRunning.contains(ObjectIdentifier(operation)) {
+            // The waiter's own work is stuck while it waits, unless something
+            // else may finish it: an `AsyncOperation`'s `finish()`, or a
+            // class's own `start()` (never base-executing), may come from any
+            // thread, as in Foundation.
+            return Node(fixed: Self.onlyItsBodyFinishes(operation) ? true : false)
+        }
         if let runner = blockedRunner[ObjectIdentifier(operation)] {
             return Node(needs: [explore(runner.target)])
         }
