@@ -161,3 +161,37 @@ struct ResultOperationTests {
         #expect(weakSecond == nil)
     }
 }
+
+/// Subclasses that fix `Failure` to `Never`: before `init(_work:)` was the
+/// designated initializer, these crashed the compiler (signal 11).
+private final class CountedLookup: ResultOperation<Int, Never>, @unchecked Sendable {
+    let label = "lookup"
+}
+
+private class TypedNeverFailing<Value: Sendable>: ResultOperation<Value, Never>, @unchecked Sendable {}
+
+/// A subclass with an initializer of its own calls the designated one.
+private final class Flagged: ResultOperation<Bool, Never>, @unchecked Sendable {
+    init(flag: Bool) {
+        super.init(work: .sync { flag })
+    }
+}
+
+@Suite("ResultOperation subclasses")
+struct ResultOperationSubclassTests {
+    @Test("subclasses with Failure == Never compile and inherit every initializer (regression)")
+    func neverFailingSubclasses() async throws {
+        let sync = CountedLookup { 41 }
+        let async = CountedLookup { () async in 1 }
+        let generic = TypedNeverFailing<String> { "value" }
+        let queue = OperationQueue()
+        queue.addOperations([sync, async, generic], waitUntilFinished: false)
+        let total = try await withTimeLimit { try await sync.value + async.value }
+        #expect(total == 42)
+        #expect(sync.label == "lookup")
+        #expect(try await withTimeLimit { try await generic.value } == "value")
+        let flagged = Flagged(flag: true)
+        await queue.addOperation(flagged)
+        #expect(try await withTimeLimit { try await flagged.value })
+    }
+}

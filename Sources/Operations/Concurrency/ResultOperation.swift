@@ -66,24 +66,38 @@ open class ResultOperation<Success: Sendable, Failure: Error>: Operation, @unche
     /// dependencies). Retained here and released once the body has run.
     private final var inputs: OperationList = .empty
 
-    /// Creates an operation with a synchronous body.
-    public init(_ body: @escaping @Sendable () throws(Failure) -> Success) {
-        self.body = .sync(body)
-        hasAsyncBody = false
+    /// Creates an operation that runs `work`: the designated initializer.
+    ///
+    /// Create operations with the initializers that take a body, which call
+    /// this one. A subclass with
+    /// initializers of its own calls it:
+    /// `super.init(work: .async { try await fetch() })`.
+    ///
+    /// It takes the body wrapped because a designated initializer whose
+    /// parameter is a `throws(Failure)` closure makes Swift 6.3's compiler
+    /// crash (signal 11, in a vtable thunk) when a subclass fixes `Failure`
+    /// to `Never` (`class Lookup: ResultOperation<Int, Never>`).
+    public init(work: ResultOperationWork<Success, Failure>) {
+        body = work.body
+        switch work.body {
+        case .async, .asyncInputs: hasAsyncBody = true
+        case .sync, .syncInputs: hasAsyncBody = false
+        }
         super.init()
+    }
+
+    /// Creates an operation with a synchronous body.
+    public convenience init(_ body: @escaping @Sendable () throws(Failure) -> Success) {
+        self.init(work: .sync(body))
     }
 
     /// Creates an operation with an `async` body.
-    public init(_ body: @escaping @Sendable () async throws(Failure) -> Success) {
-        self.body = .async(body)
-        hasAsyncBody = true
-        super.init()
+    public convenience init(_ body: @escaping @Sendable () async throws(Failure) -> Success) {
+        self.init(work: .async(body))
     }
 
-    private init(body: Body, inputs: [Operation]) {
-        self.body = body
-        if case .asyncInputs = body { hasAsyncBody = true } else { hasAsyncBody = false }
-        super.init()
+    private convenience init(body: Body, inputs: [Operation]) {
+        self.init(work: ResultOperationWork(body: body))
         for input in inputs {
             addDependency(input)
             withStateLock { _ in self.inputs.append(input) }
@@ -348,3 +362,25 @@ private func inputValue<Input, InputFailure>(
 }
 
 private func isPresent<Value>(_ value: Value?) -> Bool { value != nil }
+
+/// A ``ResultOperation``'s body, as its designated initializer
+/// ``ResultOperation/init(work:)`` takes it (subclasses' initializers use
+/// it; everyone else uses the initializers that take a closure).
+public struct ResultOperationWork<Success: Sendable, Failure: Error>: @unchecked Sendable {
+    // @unchecked Sendable: `body` holds only `@Sendable` closures.
+    let body: ResultOperation<Success, Failure>.Body
+
+    init(body: ResultOperation<Success, Failure>.Body) {
+        self.body = body
+    }
+
+    /// A synchronous body, run in ``Operation/main()``.
+    public static func sync(_ body: @escaping @Sendable () throws(Failure) -> Success) -> Self {
+        Self(body: .sync(body))
+    }
+
+    /// An `async` body, run in a task.
+    public static func async(_ body: @escaping @Sendable () async throws(Failure) -> Success) -> Self {
+        Self(body: .async(body))
+    }
+}

@@ -249,7 +249,7 @@ final class AnnouncingResultOperation: ResultOperation<Bool, any Error>, @unchec
     private let cancelledFlag = Box(false)
 
     init(body: @escaping @Sendable () async -> Bool) {
-        super.init(body)
+        super.init(work: .async(body))
     }
 
     override var isCancelled: Bool { cancelledFlag.value || super.isCancelled }
