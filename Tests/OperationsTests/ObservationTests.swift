@@ -547,6 +547,30 @@ struct ObservationTests {
         withExtendedLifetime(tokens) {}
     }
 
+    @Test("a queue subclass announces its own property; observe(key:) reports it with old and new values")
+    func queueSubclassAnnouncesItsProperty() {
+        final class TaggedQueue: OperationQueue, @unchecked Sendable {
+            // @unchecked Sendable: `tag` is a locked box.
+            private let storage = LockedValue("first")
+            var tag: String {
+                get { storage.withLock { $0 } }
+                set {
+                    willChangeValue(forKey: "tag")
+                    storage.withLock { $0 = newValue }
+                    didChangeValue(forKey: "tag")
+                }
+            }
+        }
+        let queue = TaggedQueue()
+        let log = Recorder<String>()
+        let token = queue.observe(key: "tag", options: [.old, .new]) { queue, _ in
+            log.record(queue.tag)
+        }
+        queue.tag = "second"
+        #expect(log.events == ["second"])
+        withExtendedLifetime(token) {}
+    }
+
     @Test("queue observation: maxConcurrentOperationCount and name")
     func queueConfigurationObservation() {
         let queue = makeQueue("before")

@@ -378,6 +378,23 @@ open class OperationQueue: @unchecked Sendable {
         waitUntilIdle(deadline: nil)
     }
 
+    // MARK: Key-value notifications
+
+    /// Announces that the value for `key` is about to change, as Foundation's
+    /// `NSObject` method does: for a subclass's own properties, observed with
+    /// `observe(key:)`. Observers registered with `.prior` are told now, and
+    /// `.old` values are read now. The queue's own properties announce
+    /// themselves.
+    open func willChangeValue(forKey key: String) {
+        notifyWillChange([key])
+    }
+
+    /// Announces that the value for `key` has changed: observers of `key`
+    /// are told, with the new value read now.
+    open func didChangeValue(forKey key: String) {
+        notifyDidChange([key])
+    }
+
     // MARK: Current and main
 
     /// The queue that is running the current operation (including inside
