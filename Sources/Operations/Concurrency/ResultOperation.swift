@@ -16,9 +16,8 @@
 ///   worker until its first suspension (on platforms whose runtime has
 ///   `Task.immediate`), then continues on Swift's cooperative pool; started
 ///   by hand, it is a detached task and `start()` returns at once. The
-///   operation stays
-///   executing, holding its queue slot but no thread while the body is
-///   suspended, until the body returns. ``Operation/cancel()``
+///   operation stays executing, holding its queue slot but no thread while
+///   the body is suspended, until the body returns. ``Operation/cancel()``
 ///   cancels the task, so the body sees `Task.isCancelled`.
 ///
 /// ## Results
@@ -69,8 +68,7 @@ open class ResultOperation<Success: Sendable, Failure: Error>: Operation, @unche
     /// Creates an operation that runs `work`: the designated initializer.
     ///
     /// Create operations with the initializers that take a body, which call
-    /// this one. A subclass with
-    /// initializers of its own calls it:
+    /// this one. A subclass with initializers of its own calls it:
     /// `super.init(work: .async { try await fetch() })`.
     ///
     /// It takes the body wrapped because a designated initializer whose
