@@ -55,9 +55,9 @@ final class AsyncBodyCancellation: @unchecked Sendable {
 
     /// Called by the body's task before anything else.
     func attachCurrentTask() {
-        let identity = OperationTaskContext.currentTaskIdentity
         withUnsafeCurrentTask { task in
             guard let task else { return }
+            let identity = OperationTaskContext.identity(of: task)
             let cancelNow = lock.withLock { () -> Bool in
                 self.identity = identity
                 if requested { return true }
@@ -123,13 +123,13 @@ struct OperationTaskContext: Sendable {
     /// The identity of the calling task (0 outside a task). Compared only,
     /// never dereferenced.
     static var currentTaskIdentity: UInt {
-        withUnsafeCurrentTask { task in
-            guard let task else { return 0 }
-            if MemoryLayout<UnsafeCurrentTask>.size == MemoryLayout<UInt>.size {
-                return unsafeBitCast(task, to: UInt.self)
-            }
-            return UInt(bitPattern: task.hashValue)
-        }
+        withUnsafeCurrentTask { task in task.map(identity(of:)) ?? 0 }
+    }
+
+    /// `task`'s identity: the address of its task object.
+    static func identity(of task: UnsafeCurrentTask) -> UInt {
+        // `UnsafeCurrentTask` is one reference to the task object.
+        unsafeBitCast(task, to: UInt.self)
     }
 
     /// The context of the body or of a task it created, while the operation
