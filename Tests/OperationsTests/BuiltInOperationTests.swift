@@ -133,6 +133,19 @@ struct BlockOperationTests {
         #expect(runs.events.sorted() == Array(0..<50))
     }
 
+    @Test("executionBlocks keeps the order of every block, the first one included")
+    func executionBlocksOrder() {
+        let calls = Recorder<Int>()
+        let op = BlockOperation { calls.record(0) }
+        for index in 1..<5 { op.addExecutionBlock { calls.record(index) } }
+        for block in op.executionBlocks { block() }
+        #expect(calls.events == [0, 1, 2, 3, 4])
+        let empty = BlockOperation()
+        #expect(empty.executionBlocks.isEmpty)
+        empty.addExecutionBlock { calls.record(5) }
+        #expect(empty.executionBlocks.count == 1)
+    }
+
     @Test("executionBlocks lists the blocks in order and is emptied once they ran")
     func executionBlocksEmptied() {
         let tracker = LifetimeTracker()

@@ -64,4 +64,52 @@ struct GraphReleaseTests {
         #expect(queue.waitUntilAllOperationsAreFinished(timeout: .seconds(20)))
         #expect(kept.allSatisfy { $0.isFinished })
     }
+
+    @Test("a dependents list matches a plain array through growth, removals in any order and compaction", arguments: [1, 2, 3])
+    func dependentListModel(seed: UInt64) {
+        // Every operation lives for the whole test, so the list's unretained
+        // entries stay valid; the list is used without a lock because
+        // nothing else can reach it.
+        let pool = (0..<400).map { _ in Operation() }
+        var list = DependentList.empty
+        var model: [ObjectIdentifier] = []
+        var random = SeededRandom(seed: seed)
+        for step in 0..<6_000 {
+            let operation = pool[random.next(below: pool.count)]
+            let id = ObjectIdentifier(operation)
+            // Mostly appends early on, mostly removals later, so that the
+            // list grows, is indexed, and compacts.
+            let appendChance = step < 3_000 ? 7 : 3
+            if random.next(below: 10) < appendChance, !model.contains(id) {
+                list.append(operation)
+                model.append(id)
+            } else {
+                let removed = list.remove(operation)
+                #expect(removed == model.contains(id), "step \(step): remove disagreed with the model")
+                model.removeAll { $0 == id }
+            }
+            #expect(list.count == model.count)
+            if step % 97 == 0 {
+                var seen: [ObjectIdentifier] = []
+                list.forEach { seen.append(ObjectIdentifier($0.takeUnretainedValue())) }
+                #expect(seen == model, "step \(step): the list lost its order or an entry")
+                for probe in pool.prefix(20) {
+                    #expect(list.contains(probe) == model.contains(ObjectIdentifier(probe)))
+                }
+            }
+        }
+    }
+}
+
+/// A small deterministic generator (SplitMix64) for model tests.
+struct SeededRandom {
+    private var state: UInt64
+    init(seed: UInt64) { state = seed }
+    mutating func next(below bound: Int) -> Int {
+        state &+= 0x9E37_79B9_7F4A_7C15
+        var z = state
+        z = (z ^ (z >> 30)) &* 0xBF58_476D_1CE4_E5B9
+        z = (z ^ (z >> 27)) &* 0x94D0_49BB_1331_11EB
+        return Int((z ^ (z >> 31)) % UInt64(bound))
+    }
 }

@@ -13,10 +13,15 @@ import Synchronization
 /// In a file that also imports Foundation, write
 /// `import class Operations.BlockOperation`.
 open class BlockOperation: Operation, @unchecked Sendable {
-    // @unchecked Sendable: `blocks` is read and written only while the
-    // state lock bit (see `Operation`) is held (so its dynamic exclusivity
-    // checks are off).
-    @exclusivity(unchecked) final var blocks: BlockList = .empty
+    // @unchecked Sendable: `firstBlock` (and `OperationExtras.moreBlocks`)
+    // are read and written only while the state lock bit (see `Operation`)
+    // is held (so their dynamic exclusivity checks are off).
+
+    /// The first block, the only one in the common case. Blocks added after
+    /// it live in `OperationExtras.moreBlocks`, so that a one-block operation
+    /// stores 16 bytes here (an enum with a "many" case would need a tag
+    /// byte, and the object one more 16-byte heap granule).
+    @exclusivity(unchecked) final var firstBlock: (@Sendable () -> Void)?
 
     /// Creates an operation with no blocks; add them with ``addExecutionBlock(_:)``.
     public override init() {
@@ -26,7 +31,7 @@ open class BlockOperation: Operation, @unchecked Sendable {
     /// Creates an operation that runs `block`.
     public convenience init(block: @escaping @Sendable () -> Void) {
         self.init()
-        blocks = .one(block)
+        firstBlock = block
     }
 
     /// Adds a block to run concurrently with the others.
@@ -36,7 +41,7 @@ open class BlockOperation: Operation, @unchecked Sendable {
     open func addExecutionBlock(_ block: @escaping @Sendable () -> Void) {
         let refused = withStateLock { state -> Bool in
             guard !state.hasBaseStarted, !state.isFinished else { return true }
-            blocks.append(block)
+            appendBlockLocked(block)
             return false
         }
         if refused {
@@ -50,12 +55,15 @@ open class BlockOperation: Operation, @unchecked Sendable {
 
     /// The blocks, in the order they were added. Empty once they have run.
     open var executionBlocks: [@Sendable () -> Void] {
-        withStateLock { _ in blocks.array }
+        withStateLock { _ in
+            guard let firstBlock else { return [] }
+            return [firstBlock] + (extras?.moreBlocks ?? [])
+        }
     }
 
     /// Runs the blocks and returns when all of them have finished.
     open override func main() {
-        let taken = withStateLock { _ in blocks.take() }
+        let taken = withStateLock { _ in takeBlocksLocked() }
         switch taken {
         case .empty:
             return
@@ -67,36 +75,35 @@ open class BlockOperation: Operation, @unchecked Sendable {
     }
 }
 
-/// Zero, one or many blocks; one block costs no array.
+extension BlockOperation {
+    /// Appends `block`. Call with the state lock bit held.
+    final func appendBlockLocked(_ block: @escaping @Sendable () -> Void) {
+        if firstBlock == nil {
+            firstBlock = block
+        } else {
+            extrasWhileLocked().moreBlocks.append(block)
+        }
+    }
+
+    /// Takes every block (they are released once run). Call with the state
+    /// lock bit held; the caller runs or drops them after unlocking.
+    final func takeBlocksLocked() -> BlockList {
+        guard let first = firstBlock else { return .empty }
+        firstBlock = nil
+        guard let extras, !extras.moreBlocks.isEmpty else { return .one(first) }
+        var list = [first]
+        list.append(contentsOf: extras.moreBlocks)
+        extras.moreBlocks = []
+        return .many(list)
+    }
+}
+
+/// The blocks taken from a ``BlockOperation`` to run: none, one (no
+/// array), or several.
 enum BlockList {
     case empty
     case one(@Sendable () -> Void)
     case many([@Sendable () -> Void])
-
-    mutating func append(_ block: @escaping @Sendable () -> Void) {
-        switch self {
-        case .empty: self = .one(block)
-        case .one(let first): self = .many([first, block])
-        case .many(var list):
-            self = .empty
-            list.append(block)
-            self = .many(list)
-        }
-    }
-
-    var array: [@Sendable () -> Void] {
-        switch self {
-        case .empty: return []
-        case .one(let block): return [block]
-        case .many(let list): return list
-        }
-    }
-
-    mutating func take() -> BlockList {
-        let taken = self
-        self = .empty
-        return taken
-    }
 }
 
 /// Runs blocks concurrently: the calling thread and pool helpers claim

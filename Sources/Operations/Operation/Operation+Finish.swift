@@ -68,12 +68,7 @@ extension Operation {
                 // The plain case: nothing to release, run or announce.
                 return (FinishPlan(operation: self, dependents: .empty, registered: .empty, completion: nil, queue: membership, keys: []), [])
             }
-            var dependents = OperationList.empty
-            if !storedDependents.isEmpty {
-                storedDependents.take().forEach { entry in
-                    if let dependent = Operation.retainDependent(entry) { dependents.append(dependent) }
-                }
-            }
+            let dependents = Operation.retainDependents(storedDependents.take())
             // Still registered with unfinished dependencies (it was cancelled,
             // or its class let it start early): leave their lists before the
             // queue lets go of this operation (see `DependentList`).
@@ -141,6 +136,30 @@ extension Operation {
     /// being deallocated. Call while holding the lock of the operation whose
     /// dependents list holds `entry`: that lock keeps the dependent's memory
     /// valid (see `DependentList`).
+    /// Strong references to the dependents in `list` that are not being
+    /// deallocated, in order, in one allocation at most. Call while holding
+    /// the lock of the operation whose list `list` was (see `retainDependent`).
+    static func retainDependents(_ list: DependentList) -> OperationList {
+        switch list {
+        case .empty:
+            return .empty
+        case .one(let entry):
+            guard let dependent = retainDependent(entry) else { return .empty }
+            return .one(dependent)
+        case .many(let array):
+            var retained: [Operation] = []
+            retained.reserveCapacity(array.live)
+            array.forEach { entry in
+                if let dependent = retainDependent(entry) { retained.append(dependent) }
+            }
+            switch retained.count {
+            case 0: return .empty
+            case 1: return .one(retained[0])
+            default: return .many(retained)
+            }
+        }
+    }
+
     static func retainDependent(_ entry: Unmanaged<Operation>) -> Operation? {
         entry._withUnsafeGuaranteedRef { dependent -> Operation? in
             // A queued dependent is retained by its queue, which lets go of it
@@ -158,11 +177,10 @@ extension Operation {
 /// What remains to do after an operation was marked finished: steps 2 to 6
 /// of the retirement path. Created by `Operation.beginFinish`; used once.
 ///
-/// A few references and a flag, so that the plain case (no dependents, no
-/// completion block, no observers) copies cheaply through the drain loop.
-/// A single dependent (a chain's next link, a fan-in's sink) is held
-/// directly; everything else lives in a `FinishDetails` object, made only
-/// when needed.
+/// A few references and a flag, so that it copies cheaply through the drain
+/// loop. The dependents are held directly (one operation, or one array for
+/// several); the rest lives in a `FinishDetails` object, made only when
+/// needed.
 struct FinishPlan {
     /// The finished operation, held until step 5 is done. The drain loop
     /// reads it to remove it from the queue.
@@ -170,11 +188,12 @@ struct FinishPlan {
     /// The owning queue, unretained: it keeps itself alive while the
     /// operation is a member, and while a retirement it counted is in flight.
     let queue: Unmanaged<OperationQueue>?
-    /// Dependents, dependencies still to leave, completion block and owed
-    /// announcements; nil when there are none or only `soleDependent`.
+    /// The dependents to release (retained), held directly: no allocation
+    /// beyond the list's own for the common finish.
+    private let dependents: OperationList
+    /// Dependencies still to leave, completion block and owed announcements;
+    /// nil when there are none.
     private let details: FinishDetails?
-    /// The one dependent, when it is all there is to release.
-    private let soleDependent: Operation?
     /// Whether instruments were installed when the operation finished.
     private let instrumented: Bool
 
@@ -188,12 +207,11 @@ struct FinishPlan {
     ) {
         self.operation = operation
         self.queue = queue
-        if registered.isEmpty, completion == nil, keys.isEmpty, dependents.count <= 1 {
+        self.dependents = dependents
+        if registered.isEmpty, completion == nil, keys.isEmpty {
             details = nil
-            if case .one(let dependent) = dependents { soleDependent = dependent } else { soleDependent = nil }
         } else {
-            details = FinishDetails(dependents: dependents, registered: registered, completion: completion, keys: keys)
-            soleDependent = nil
+            details = FinishDetails(registered: registered, completion: completion, keys: keys)
         }
         instrumented = OperationInstrumentation.isActive
     }
@@ -214,7 +232,7 @@ struct FinishPlan {
     /// counts the retirement as in flight until it is complete, so that its
     /// waiters wake only after this plan has let go of the operation.
     consuming func run() {
-        if details != nil || soleDependent != nil {
+        if details != nil || !dependents.isEmpty {
             var none: [Operation] = []
             releaseDependents(collectingFor: nil, into: &none)
         }
@@ -231,13 +249,32 @@ struct FinishPlan {
     /// iterations) costs no allocation per finished operation.
     @inline(__always)
     func releaseDependents(collectingFor queue: OperationQueue?, into readied: inout [Operation]) {
-        if let soleDependent {
-            FinishDetails.release(soleDependent, of: operation, collectingFor: queue, into: &readied)
+        // Rarely, the operation still has dependency lists to leave (it was
+        // cancelled, or its class let it start early): first, so that no
+        // dependency's list points at it once the queue lets go of it.
+        details?.leaveRegisteredLists(of: operation)
+        switch dependents {
+        case .empty:
             return
+        case .one(let dependent):
+            Self.release(dependent, of: operation, collectingFor: queue, into: &readied)
+        case .many(let list):
+            for dependent in list { Self.release(dependent, of: operation, collectingFor: queue, into: &readied) }
         }
-        // Most operations have no dependents and left no dependency's list.
-        guard let details else { return }
-        details.releaseDependents(of: operation, collectingFor: queue, into: &readied)
+    }
+
+    /// Tells `dependent` that `operation` finished; see
+    /// `releaseDependents(collectingFor:into:)`.
+    @inline(__always)
+    private static func release(_ dependent: Operation, of operation: Operation, collectingFor queue: OperationQueue?, into readied: inout [Operation]) {
+        switch dependent.dependencyDidFinish(operation, callerQueue: queue) {
+        case .none:
+            break
+        case .readyInCallerQueue:
+            readied.append(dependent)
+        case .ready(let other):
+            other.memberReadinessMayHaveChanged(dependent)
+        }
     }
 
     /// Step 4, first half: the did-change announcements owed to the
@@ -288,7 +325,6 @@ struct FinishPlan {
 /// that runs the plan (and, for `announce`, the drain loop before it hands
 /// the plan on): never shared concurrently.
 final class FinishDetails {
-    private var dependents: OperationList
     private var registered: OperationList
     private var completion: (@Sendable () -> Void)?
     private let keys: LifecycleKeys
@@ -298,8 +334,7 @@ final class FinishDetails {
     /// flight on that basis, and settles it on the same basis.
     let hasUserTail: Bool
 
-    init(dependents: OperationList, registered: OperationList, completion: (@Sendable () -> Void)?, keys: LifecycleKeys) {
-        self.dependents = dependents
+    init(registered: OperationList, completion: (@Sendable () -> Void)?, keys: LifecycleKeys) {
         self.registered = registered
         self.completion = completion
         self.keys = keys
@@ -322,33 +357,14 @@ final class FinishDetails {
         return completion
     }
 
-    /// See `FinishPlan.releaseDependents(collectingFor:)`.
-    func releaseDependents(of operation: Operation, collectingFor queue: OperationQueue?, into readied: inout [Operation]) {
-        if !registered.isEmpty {
-            registered.forEach { dependency in
-                dependency.withStateLock { _ in _ = dependency.storedDependents.remove(operation) }
-            }
-            registered = .empty
+    /// Removes `operation` from the dependents lists of the dependencies it
+    /// was still registered with, once.
+    func leaveRegisteredLists(of operation: Operation) {
+        guard !registered.isEmpty else { return }
+        registered.forEach { dependency in
+            dependency.withStateLock { _ in _ = dependency.storedDependents.remove(operation) }
         }
-        guard !dependents.isEmpty else { return }
-        let taken = dependents.take()
-        taken.forEach { dependent in
-            Self.release(dependent, of: operation, collectingFor: queue, into: &readied)
-        }
-    }
-
-    /// Tells `dependent` that `operation` finished; see
-    /// `FinishPlan.releaseDependents(collectingFor:into:)`.
-    @inline(__always)
-    static func release(_ dependent: Operation, of operation: Operation, collectingFor queue: OperationQueue?, into readied: inout [Operation]) {
-        switch dependent.dependencyDidFinish(operation, callerQueue: queue) {
-        case .none:
-            break
-        case .readyInCallerQueue:
-            readied.append(dependent)
-        case .ready(let other):
-            other.memberReadinessMayHaveChanged(dependent)
-        }
+        registered = .empty
     }
 }
 

@@ -394,6 +394,8 @@ final class OperationExtras {
     var dependencyErrors: [DependencyError] = []
     /// Values carried from the code that added it (`OperationContextPropagation`).
     var carriedContext: CarriedContext?
+    /// A `BlockOperation`'s blocks after its first (`BlockOperation.firstBlock`).
+    var moreBlocks: [@Sendable () -> Void] = []
 
     /// Takes `failure` and `dependencyErrors` (the operation is being
     /// released), for the caller to drop outside the lock.

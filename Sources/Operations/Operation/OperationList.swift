@@ -154,9 +154,9 @@ enum DependentList {
         case .empty:
             self = .one(entry)
         case .one(let only):
-            self = .many(DependentArray(only, entry))
+            self = .many(DependentArray.make(only, entry))
         case .many(let array):
-            array.append(entry)
+            if let grown = array.appending(entry) { self = .many(grown) }
         }
     }
 
@@ -197,101 +197,176 @@ enum DependentList {
 /// The storage of a `DependentList` with more than one entry: entries in
 /// insertion order with holes for removed ones, and, once the list is large,
 /// an index from entry to position.
-final class DependentArray {
-    // Like the list that holds it, read and written only while the owning
-    // operation's state lock bit is held (never re-entered: no user code
-    // runs there), so Swift's dynamic exclusivity checks, about 80
-    // instructions per access, are turned off.
-    @exclusivity(unchecked) private var entries: [UnsafeMutableRawPointer?]
-    /// Index of the first entry that may be live.
-    @exclusivity(unchecked) private var start = 0
-    @exclusivity(unchecked) private(set) var live: Int
-    /// Positions of entries, built when a list longer than `indexThreshold`
-    /// is first searched, and kept up to date from then on.
-    @exclusivity(unchecked) private var positions: [UnsafeMutableRawPointer: Int]?
+///
+/// One allocation: the entries are tail-allocated after the header. A full
+/// buffer is replaced by one twice as large (`appending` returns it), so the
+/// list that holds it stores the new reference.
+///
+/// Like the list that holds it, read and written only while the owning
+/// operation's state lock bit is held (never re-entered: no user code runs
+/// there). Access goes through the buffer's pointers, so Swift's dynamic
+/// exclusivity checks do not apply.
+final class DependentArray: ManagedBuffer<DependentArray.Header, UnsafeMutableRawPointer?> {
+    struct Header {
+        /// Slots in use (live entries and holes), from index 0.
+        var count: Int
+        /// Slots allocated (the buffer's usable capacity may be larger).
+        var capacity: Int
+        /// Index of the first slot that may hold a live entry.
+        var start: Int
+        /// Live entries.
+        var live: Int
+        /// Positions of entries, built when a list longer than
+        /// `indexThreshold` is first searched, and kept up to date from then on.
+        var positions: [UnsafeMutableRawPointer: Int]?
+    }
 
     private static let indexThreshold = 32
 
-    /// A list of two entries, with room for two more (no temporary array).
-    init(_ first: Unmanaged<Operation>, _ second: Unmanaged<Operation>) {
-        entries = []
-        entries.reserveCapacity(4)
-        entries.append(first.toOpaque())
-        entries.append(second.toOpaque())
-        live = 2
+    /// A buffer with room for `capacity` entries, holding none.
+    private static func make(capacity: Int) -> DependentArray {
+        let buffer = create(minimumCapacity: capacity) { _ in
+            Header(count: 0, capacity: capacity, start: 0, live: 0, positions: nil)
+        }
+        // `create` returns an instance of the class it is called on.
+        return unsafeDowncast(buffer, to: DependentArray.self)
     }
 
-    func append(_ entry: Unmanaged<Operation>) {
+    /// A list of two entries, with room for two more.
+    static func make(_ first: Unmanaged<Operation>, _ second: Unmanaged<Operation>) -> DependentArray {
+        let array = make(capacity: 4)
+        array.withUnsafeMutablePointers { header, slots in
+            slots.initialize(to: first.toOpaque())
+            (slots + 1).initialize(to: second.toOpaque())
+            header.pointee.count = 2
+            header.pointee.live = 2
+        }
+        return array
+    }
+
+    /// The number of live entries. O(1).
+    var live: Int { header.live }
+
+    /// Appends `entry`. Returns the buffer that now holds the list when this
+    /// one was full (the caller stores it in place of this one), else nil.
+    func appending(_ entry: Unmanaged<Operation>) -> DependentArray? {
         let opaque = entry.toOpaque()
-        positions?[opaque] = entries.count
-        entries.append(opaque)
-        live += 1
+        let full = withUnsafeMutablePointers { header, slots -> Bool in
+            guard header.pointee.count < header.pointee.capacity else { return true }
+            let index = header.pointee.count
+            (slots + index).initialize(to: opaque)
+            header.pointee.positions?[opaque] = index
+            header.pointee.count += 1
+            header.pointee.live += 1
+            return false
+        }
+        guard full else { return nil }
+        let grown = regrown()
+        _ = grown.appending(entry)
+        return grown
+    }
+
+    /// A copy with twice the room and without the holes before `start`.
+    private func regrown() -> DependentArray {
+        withUnsafeMutablePointers { header, slots in
+            let used = header.pointee.count - header.pointee.start
+            let copy = Self.make(capacity: max(4, used * 2))
+            copy.withUnsafeMutablePointers { copyHeader, copySlots in
+                copySlots.initialize(from: slots + header.pointee.start, count: used)
+                copyHeader.pointee.count = used
+                copyHeader.pointee.live = header.pointee.live
+            }
+            if header.pointee.positions != nil { copy.buildIndex() }
+            return copy
+        }
     }
 
     /// Builds the index if the list is long enough to need one.
     @inline(__always)
     private func indexIfLong() {
-        if positions == nil, live > Self.indexThreshold { buildIndex() }
+        if header.positions == nil, header.live > Self.indexThreshold { buildIndex() }
     }
 
     func contains(_ opaque: UnsafeMutableRawPointer) -> Bool {
         indexIfLong()
-        if let positions { return positions[opaque] != nil }
+        if let positions = header.positions { return positions[opaque] != nil }
         return position(of: opaque) != nil
     }
 
     func remove(_ opaque: UnsafeMutableRawPointer) -> Bool {
         indexIfLong()
-        let found: Int?
-        if positions != nil {
-            found = positions?.removeValue(forKey: opaque)
-        } else {
-            found = position(of: opaque)
+        return withUnsafeMutablePointers { header, slots -> Bool in
+            let found: Int?
+            if header.pointee.positions != nil {
+                found = header.pointee.positions?.removeValue(forKey: opaque)
+            } else {
+                found = position(of: opaque)
+            }
+            guard let index = found else { return false }
+            slots[index] = nil
+            header.pointee.live -= 1
+            var start = header.pointee.start
+            let count = header.pointee.count
+            while start < count, slots[start] == nil { start += 1 }
+            header.pointee.start = start
+            if start > 32, start * 2 > count {
+                compact(header, slots)
+            } else if count > 64, header.pointee.live * 4 < count {
+                // Holes in the middle (removal in another order): compacting
+                // after three quarters are gone keeps removal O(1) amortized.
+                compact(header, slots)
+            }
+            return true
         }
-        guard let index = found else { return false }
-        entries[index] = nil
-        live -= 1
-        while start < entries.count, entries[start] == nil { start += 1 }
-        if start > 32, start * 2 > entries.count {
-            compact()
-        } else if entries.count > 64, live * 4 < entries.count {
-            // Holes in the middle (removal in another order): compacting
-            // after three quarters are gone keeps removal O(1) amortized.
-            compact()
-        }
-        return true
     }
 
     func forEach(_ body: (Unmanaged<Operation>) -> Void) {
-        var index = start
-        while index < entries.count {
-            if let entry = entries[index] { body(Unmanaged.fromOpaque(entry)) }
-            index += 1
+        withUnsafeMutablePointers { header, slots in
+            var index = header.pointee.start
+            let count = header.pointee.count
+            while index < count {
+                if let entry = slots[index] { body(Unmanaged.fromOpaque(entry)) }
+                index += 1
+            }
         }
     }
 
     private func position(of opaque: UnsafeMutableRawPointer) -> Int? {
-        var index = start
-        while index < entries.count {
-            if entries[index] == opaque { return index }
-            index += 1
+        withUnsafeMutablePointers { header, slots -> Int? in
+            var index = header.pointee.start
+            let count = header.pointee.count
+            while index < count {
+                if slots[index] == opaque { return index }
+                index += 1
+            }
+            return nil
         }
-        return nil
     }
 
-    /// Drops the holes (and rebuilds the index, if there is one).
-    private func compact() {
-        entries.removeAll { $0 == nil }
-        start = 0
-        if positions != nil { buildIndex() }
+    /// Drops the holes, in place (and rebuilds the index, if there is one).
+    private func compact(_ header: UnsafeMutablePointer<Header>, _ slots: UnsafeMutablePointer<UnsafeMutableRawPointer?>) {
+        var kept = 0
+        for index in header.pointee.start..<header.pointee.count {
+            if let entry = slots[index] {
+                slots[kept] = entry
+                kept += 1
+            }
+        }
+        header.pointee.count = kept
+        header.pointee.start = 0
+        if header.pointee.positions != nil { fillIndex(header, slots) }
     }
 
     private func buildIndex() {
+        withUnsafeMutablePointers { header, slots in fillIndex(header, slots) }
+    }
+
+    private func fillIndex(_ header: UnsafeMutablePointer<Header>, _ slots: UnsafeMutablePointer<UnsafeMutableRawPointer?>) {
         var index: [UnsafeMutableRawPointer: Int] = [:]
-        index.reserveCapacity(entries.count * 2)
-        for (offset, entry) in entries.enumerated() {
-            if let entry { index[entry] = offset }
+        index.reserveCapacity(header.pointee.count * 2)
+        for offset in header.pointee.start..<header.pointee.count {
+            if let entry = slots[offset] { index[entry] = offset }
         }
-        positions = index
+        header.pointee.positions = index
     }
 }
