@@ -65,6 +65,37 @@ struct AsyncBodyTests {
         withExtendedLifetime(token) {}
     }
 
+    @Test("an async body that returns before suspending is retired by its queue's loop, like a synchronous body")
+    func asyncBodyReturningInlineIsRetiredByTheLoop() throws {
+        let bodyThread = LockedValue<ThreadID?>(nil)
+        let completionThread = LockedValue<ThreadID?>(nil)
+        let completions = Atomic<Int>(0)
+        let queue = OperationQueue()
+        queue.maxConcurrentOperationCount = 1
+        let first = ResultOperation { () async -> Int in
+            bodyThread.withLock { $0 = currentThreadID() }
+            return 1
+        }
+        first.completionBlock = {
+            completionThread.withLock { $0 = currentThreadID() }
+            completions.add(1, ordering: .relaxed)
+        }
+        let second = ResultOperation { () async -> Int in 2 }
+        second.addDependency(first)
+        queue.addOperations([first, second], waitUntilFinished: false)
+        #expect(queue.waitUntilAllOperationsAreFinished(timeout: patience))
+        #expect(first.result.flatMap { try? $0.get() } == 1)
+        #expect(second.result.flatMap { try? $0.get() } == 2)
+        #expect(completions.load(ordering: .relaxed) == 1)
+        // The loop that ran the body's first part also finished the
+        // operation: its completion block ran there, not on a thread the
+        // body's task handed it to.
+        let body = try #require(bodyThread.withLock { $0 })
+        let completion = try #require(completionThread.withLock { $0 })
+        #expect(pthread_equal(body, completion) != 0)
+        #expect(queue.operationCount == 0)
+    }
+
     @Test("an async body started by hand runs in a detached task: the caller's task-local values do not leak in")
     func asyncBodyStartedByHandIsDetached() async throws {
         let seen = LockedValue<String?>("unset")

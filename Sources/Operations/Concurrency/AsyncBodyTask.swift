@@ -21,6 +21,44 @@ enum AsyncBodyTask {
         return Task.detached(priority: priority, operation: body)
     }
 
+    /// Starts `body` for `operation` on the calling thread (see
+    /// `start(priority:onCallingThread:_:)`), a drain loop's thread whose
+    /// context is `context`. Returns the task, and whether the body returned
+    /// before its first suspension, in which case it left finishing the
+    /// operation to the caller (`returnedInline(_:)`): the drain loop then
+    /// retires it as it retires a synchronous body, without a separate
+    /// acquisition of the queue's lock.
+    static func startInline(
+        _ operation: Operation,
+        context: ThreadContext,
+        priority: TaskPriority,
+        _ body: @escaping @Sendable () async -> Void
+    ) -> (Task<Void, Never>, Bool) {
+        let savedBody = context.inlineAsyncBody
+        let savedReturned = context.inlineAsyncBodyReturned
+        context.inlineAsyncBody = Unmanaged.passUnretained(operation)
+        context.inlineAsyncBodyReturned = false
+        let task = start(priority: priority, onCallingThread: true, body)
+        let returned = context.inlineAsyncBodyReturned
+        context.inlineAsyncBody = savedBody
+        context.inlineAsyncBodyReturned = savedReturned
+        return (task, returned)
+    }
+
+    /// Called by `operation`'s body task when the body has returned: true
+    /// if that happened inside `startInline` on the starting thread (before
+    /// any suspension), which then finishes the operation. False otherwise:
+    /// the task finishes it itself.
+    static func returnedInline(_ operation: Operation) -> Bool {
+        ThreadContext.withCurrent { context in
+            guard let inline = context.inlineAsyncBody, inline.toOpaque() == Unmanaged.passUnretained(operation).toOpaque() else {
+                return false
+            }
+            context.inlineAsyncBodyReturned = true
+            return true
+        }
+    }
+
     /// Whether the calling thread runs no task.
     static var callerIsOutsideTasks: Bool {
         withUnsafeCurrentTask { $0 == nil }

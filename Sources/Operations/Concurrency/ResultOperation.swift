@@ -215,6 +215,12 @@ open class ResultOperation<Success: Sendable, Failure: Error>: Operation, @unche
                 return outcome
             }
             self.complete(with: outcome, inputs: operations)
+            if AsyncBodyTask.returnedInline(self) {
+                // Still inside `Task.immediate` on the drain loop's thread:
+                // the loop finishes the operation as it finishes a
+                // synchronous body, under the queue lock it takes anyway.
+                return
+            }
             if self.finishRunsUserTail {
                 // Observers and a completion block are synchronous code, where
                 // a blocking wait is allowed: they run on a worker of the
@@ -229,8 +235,13 @@ open class ResultOperation<Success: Sendable, Failure: Error>: Operation, @unche
         // On the calling thread only when this operation's own queue starts
         // it from a drain loop.
         let byOwnQueue = queue != nil && owningQueueForAnalysis() === queue && AsyncBodyTask.callerIsOutsideTasks
-        cancellation.holdHandle(AsyncBodyTask.start(priority: qos.taskPriority, onCallingThread: byOwnQueue, run))
-        return .continues
+        guard byOwnQueue else {
+            cancellation.holdHandle(AsyncBodyTask.start(priority: qos.taskPriority, onCallingThread: false, run))
+            return .continues
+        }
+        let (task, returned) = AsyncBodyTask.startInline(self, context: context, priority: qos.taskPriority, run)
+        cancellation.holdHandle(task)
+        return returned ? .finished : .continues
     }
 
     /// Runs an `async` body on the caller's executor (no hop of its own):

@@ -34,6 +34,13 @@ final class ThreadContext {
     @exclusivity(unchecked) var operationReference: Unmanaged<Operation>?
     /// Operations further out, when one was started from inside another.
     @exclusivity(unchecked) private var outerOperations: [Unmanaged<Operation>] = []
+    /// The operation whose `async` body this thread is starting with
+    /// `Task.immediate` (see `ResultOperation.runBody`), while the task's
+    /// synchronous first part runs here; nil otherwise.
+    @exclusivity(unchecked) var inlineAsyncBody: Unmanaged<Operation>?
+    /// Set by that body when it returned before its first suspension: its
+    /// starter finishes the operation, as for a synchronous body.
+    @exclusivity(unchecked) var inlineAsyncBodyReturned = false
 
     /// What `leave` restores.
     struct Saved {
