@@ -61,12 +61,13 @@ extension Operation {
         // Cancellation handlers (an async body's task) are useless once the
         // operation finished; they may capture user values, so they are
         // released outside the lock (`discarded`).
-        let (plan, discarded) = withStateLock { state -> (FinishPlan?, [@Sendable () -> Void]) in
+        var discarded: [@Sendable () -> Void] = []
+        let plan = withStateLock { state -> FinishPlan? in
             if endingBody { _ = state.finishBody() }
-            guard state.beginFinishing() else { return (nil, []) }
+            guard state.beginFinishing() else { return nil }
             if storedDependents.isEmpty, storedDependencies.isEmpty, extras == nil, keys.isEmpty {
                 // The plain case: nothing to release, run or announce.
-                return (FinishPlan(operation: self, dependents: .empty, registered: .empty, completion: nil, queue: membership, keys: []), [])
+                return FinishPlan(operation: self, dependents: .empty, registered: .empty, completion: nil, queue: membership, keys: [])
             }
             let dependents = Operation.retainDependents(storedDependents.take())
             // Still registered with unfinished dependencies (it was cancelled,
@@ -76,7 +77,6 @@ extension Operation {
             let dependsOnItself = state.hasSelfDependency
             state.clearDependencies()
             var completion: (@Sendable () -> Void)?
-            var discarded: [@Sendable () -> Void] = []
             if let extras {
                 completion = extras.completionBlock
                 extras.completionBlock = nil
@@ -96,7 +96,7 @@ extension Operation {
             // A self-dependency would keep the operation alive forever; the
             // plan holds it, so dropping that reference here frees nothing.
             if dependsOnItself { _ = storedDependencies.remove(self) }
-            return (plan, discarded)
+            return plan
         }
         withExtendedLifetime(discarded) {}
         if plan != nil, TraceRecorder.isActive { TraceRecorder.shared.record(.finished, self, queue: nil) }
@@ -181,7 +181,7 @@ extension Operation {
 /// loop. The dependents are held directly (one operation, or one array for
 /// several); the rest lives in a `FinishDetails` object, made only when
 /// needed.
-struct FinishPlan {
+struct FinishPlan: ~Copyable {
     /// The finished operation, held until step 5 is done. The drain loop
     /// reads it to remove it from the queue.
     let operation: Operation
@@ -393,7 +393,7 @@ final class FinishPlanJob: PoolJob, @unchecked Sendable {
     private var plan: FinishPlan?
 
     init(_ plan: consuming FinishPlan) {
-        self.plan = plan
+        self.plan = consume plan
     }
 
     func runJob(on worker: Worker) {

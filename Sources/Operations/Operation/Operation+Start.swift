@@ -137,12 +137,12 @@ extension Operation {
     /// Runs `body` with the calling thread marked as running this operation
     /// (see `ThreadContext`), the queue unchanged.
     @inline(__always)
-    final func withThreadContext<R>(_ body: () -> R) -> R {
-        ThreadContext.withCurrent { context in
-            let saved = context.enter(self)
-            defer { context.leave(restoring: saved) }
-            return body()
-        }
+    final func withThreadContext<R: ~Copyable>(_ body: () -> R) -> R {
+        // The thread's context lives as long as the thread.
+        unowned(unsafe) let context = ThreadContext.current
+        let saved = context.enter(self)
+        defer { context.leave(restoring: saved) }
+        return body()
     }
 
     /// Calls ``main()`` with ``threadPriority`` applied to the calling

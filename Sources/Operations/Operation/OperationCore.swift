@@ -23,7 +23,7 @@ extension Operation {
     /// not call user code, take a queue's lock, or take another operation's
     /// lock except through `withStateLocks(_:_:_:)`.
     @inline(__always)
-    final func withStateLock<R>(_ body: (inout OperationState) -> R) -> R {
+    final func withStateLock<R: ~Copyable>(_ body: (inout OperationState) -> R) -> R {
         var state = OperationState(raw: acquireStateLock())
         let result = body(&state)
         stateWord.store(state.raw, ordering: .releasing)

@@ -33,10 +33,13 @@ extension OperationQueue {
         defer { context.queueReference = savedQueue }
         let pool = WorkerPool.shared
         let isObserved = observed.load(ordering: .relaxed)
-        // Operations that finished inside this loop and still have to leave
-        // the queue (under the loop's next lock acquisition); each plan holds
-        // its operation.
-        var finishes: [FinishPlan?] = []
+        // The plan of the operation the loop started, if it finished
+        // synchronously, and those of the cancelled operations retired with
+        // it: each still has to leave the queue (under the loop's next lock
+        // acquisition) and holds its operation. Plans are moved, never
+        // copied (`FinishPlan` is noncopyable).
+        var primary: FinishPlan?
+        var batch = FinishPlanBatch()
         var readied: [Operation] = []
         var cancelledBatch: [Operation] = []
         // The list's references to operations retired under the lock, to
@@ -57,22 +60,19 @@ extension OperationQueue {
                 state.apply(operation, ready: current.isBaseReady, cancelled: current.isCancelled)
             }
             readied.empty()
+            // Whether a plan's tail (observers, completion block) runs
+            // user code, and whether the primary operation keeps its slot
+            // until its observers have been told: only it can, since the
+            // cancelled operations of a batch hold no slot.
             var userTail = false
-            // The plan whose tail runs on this thread and whose operation
-            // keeps its slot until its observers have been told: the one
-            // that holds a slot and has observers (one at most: a batch is
-            // one operation, or cancelled ones that hold no slot).
-            var slotKeeper: Int?
-            for index in finishes.indices {
-                guard let plan = finishes[index] else { continue }
-                let operation = plan.operation
-                userTail = userTail || plan.hasUserTail
-                let keepsSlot = slotKeeper == nil && plan.announces && operation.queueLink.has(QueueLink.Flags.holdsSlot)
-                if keepsSlot { slotKeeper = index }
-                if let owned = state.unlink(operation, retirementPending: plan.countsRetirement, keepingSlot: keepsSlot) {
-                    released.append(owned)
-                }
-                emitLocked(.finished(operation))
+            var keptSlot = false
+            let hadFinishes = primary != nil || !batch.isEmpty
+            if let plan = primary.take() {
+                (userTail, keptSlot) = retireLocked(plan, mayKeepSlot: true, released: &released)
+                primary = consume plan
+            }
+            batch.forEach { plan in
+                if retireLocked(plan, mayKeepSlot: false, released: &released).userTail { userTail = true }
             }
             if owedRetirements > 0 {
                 state.retirementDone(owedRetirements)
@@ -124,37 +124,40 @@ extension OperationQueue {
                 effects.drainLoop = nil
                 post(drainLoopTo: loop)
             }
-            if !finishes.isEmpty {
+            if hadFinishes {
+                // The tail that runs on this thread: the primary's if it has
+                // one (it is the one that may keep its slot), else the first
+                // of the batch.
                 var own: FinishPlan?
-                if let slotKeeper { own = finishes[slotKeeper].take() }
-                var tails: [FinishPlan] = []
-                for index in finishes.indices {
-                    // Taken out of the array, so the plan holds the only
-                    // reference the loop has.
-                    guard let plan = finishes[index].take() else { continue }
+                if let plan = primary.take() {
                     if plan.hasUserTail {
-                        tails.append(plan)
-                        continue
+                        own = consume plan
+                    } else {
+                        if plan.countsRetirement { owedRetirements += 1 }
+                        plan.complete(settle: false)
                     }
-                    if plan.countsRetirement { owedRetirements += 1 }
-                    plan.complete(settle: false)
                 }
-                finishes.empty()
-                if own == nil { own = tails.popLast() }
-                while let plan = tails.popLast() {
-                    // Settled by the job itself (`memberRetired`).
-                    pool.submit(RetirementJob(plan), qos: queueQoS)
+                batch.takeAll { plan in
+                    if !plan.hasUserTail {
+                        if plan.countsRetirement { owedRetirements += 1 }
+                        plan.complete(settle: false)
+                    } else if own == nil {
+                        own = consume plan
+                    } else {
+                        // Settled by the job itself (`memberRetired`).
+                        pool.submit(RetirementJob(plan), qos: queueQoS)
+                    }
                 }
                 if isObserved { notifyDidChange(Self.contentKeys) }
                 if let plan = own.take() {
                     owedRetirements += 1
-                    if slotKeeper != nil {
+                    if keptSlot {
                         plan.announce()
                         releaseKeptSlot(of: plan.operation)
                     }
-                    // Moved, not copied: the plan must hold the loop's only
+                    // Moved, not copied: the plan holds the loop's only
                     // reference when it wakes the operation's waiters.
-                    (consume plan).complete(settle: false)
+                    plan.complete(settle: false)
                 }
             }
             effects.perform(on: self)
@@ -179,12 +182,12 @@ extension OperationQueue {
                 OperationInstrumentation.emit(.started, operation, queue: self)
                 for cancelled in cancelledBatch { OperationInstrumentation.emit(.started, cancelled, queue: self) }
             }
-            run(operation, customStart: customStart, finishes: &finishes, readied: &readied)
+            primary = run(operation, customStart: customStart, readied: &readied)
             for cancelled in cancelledBatch {
-                run(cancelled, customStart: false, finishes: &finishes, readied: &readied)
+                if let plan = run(cancelled, customStart: false, readied: &readied) { batch.append(plan) }
             }
             cancelledBatch.empty()
-            if isObserved, !finishes.isEmpty { notifyWillChange(Self.contentKeys) }
+            if isObserved, primary != nil || !batch.isEmpty { notifyWillChange(Self.contentKeys) }
             worker?.recordProgress()
             startedInSlice += 1
             lock.lock()
@@ -199,12 +202,30 @@ extension OperationQueue {
         }
     }
 
+    /// Removes a finished operation from the queue, under the lock: returns
+    /// whether its tail runs user code and whether it keeps its slot until
+    /// its observers have been told (only if `mayKeepSlot`).
+    @inline(__always)
+    private func retireLocked(
+        _ plan: borrowing FinishPlan,
+        mayKeepSlot: Bool,
+        released: inout [Unmanaged<Operation>]
+    ) -> (userTail: Bool, keptSlot: Bool) {
+        let operation = plan.operation
+        let keepsSlot = mayKeepSlot && plan.announces && operation.queueLink.has(QueueLink.Flags.holdsSlot)
+        if let owned = state.unlink(operation, retirementPending: plan.countsRetirement, keepingSlot: keepsSlot) {
+            released.append(owned)
+        }
+        emitLocked(.finished(operation))
+        return (plan.hasUserTail, keepsSlot)
+    }
+
     /// Starts one dequeued operation; if it finished synchronously, releases
-    /// its dependents and keeps its plan for the loop to retire.
-    private func run(_ operation: Operation, customStart: Bool, finishes: inout [FinishPlan?], readied: inout [Operation]) {
-        guard let plan = operation.startFromQueue(customStart: customStart) else { return }
+    /// its dependents and returns its plan for the loop to retire.
+    private func run(_ operation: Operation, customStart: Bool, readied: inout [Operation]) -> FinishPlan? {
+        guard let plan = operation.startFromQueue(customStart: customStart) else { return nil }
         plan.releaseDependents(collectingFor: self, into: &readied)
-        finishes.append(plan)
+        return plan
     }
 
     /// Whether a drain loop should give its thread back: the pool is
@@ -270,11 +291,58 @@ final class RetirementJob: PoolJob, @unchecked Sendable {
     // the job; nothing else touches it.
     private var plan: FinishPlan?
 
-    init(_ plan: FinishPlan) {
-        self.plan = plan
+    init(_ plan: consuming FinishPlan) {
+        self.plan = consume plan
     }
 
     func runJob(on worker: Worker) {
         plan.take()?.complete(settle: true)
+    }
+}
+
+/// The finish plans of a drain loop's batch of cancelled operations, moved
+/// in and out without copies (`FinishPlan` is noncopyable, so it cannot live
+/// in an `Array`). Storage is allocated on first use and grows as needed.
+struct FinishPlanBatch: ~Copyable {
+    private var storage: UnsafeMutablePointer<FinishPlan>?
+    private var capacity = 0
+    private var count = 0
+
+    init() {}
+
+    deinit {
+        guard let storage else { return }
+        storage.deinitialize(count: count)
+        storage.deallocate()
+    }
+
+    var isEmpty: Bool { count == 0 }
+
+    mutating func append(_ plan: consuming FinishPlan) {
+        if count == capacity {
+            let grown = UnsafeMutablePointer<FinishPlan>.allocate(capacity: max(64, capacity * 2))
+            if let storage {
+                grown.moveInitialize(from: storage, count: count)
+                storage.deallocate()
+            }
+            storage = grown
+            capacity = max(64, capacity * 2)
+        }
+        (storage! + count).initialize(to: plan)
+        count += 1
+    }
+
+    /// Calls `body` with each plan, in order, without taking them.
+    func forEach(_ body: (borrowing FinishPlan) -> Void) {
+        guard let storage else { return }
+        for index in 0..<count { body(storage[index]) }
+    }
+
+    /// Moves every plan out, in order, to `body`; the batch is left empty.
+    mutating func takeAll(_ body: (consuming FinishPlan) -> Void) {
+        guard let storage else { return }
+        let taken = count
+        count = 0
+        for index in 0..<taken { body((storage + index).move()) }
     }
 }

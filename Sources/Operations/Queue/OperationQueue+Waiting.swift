@@ -113,6 +113,7 @@ extension OperationQueue {
             context.queueReference = savedQueue
             var readied: [Operation] = []
             plan?.releaseDependents(collectingFor: self, into: &readied)
+            let countsRetirement = plan?.countsRetirement
             lock.lock()
             state.drainerBusy(false)
             state.drainerStopped()
@@ -122,8 +123,8 @@ extension OperationQueue {
             }
             readied.removeAll()
             var released: Unmanaged<Operation>?
-            if let plan {
-                released = state.unlink(operation, retirementPending: plan.countsRetirement)
+            if let countsRetirement {
+                released = state.unlink(operation, retirementPending: countsRetirement)
                 emitLocked(.finished(operation))
             }
             let effects = takeEffectsLocked()
@@ -131,7 +132,8 @@ extension OperationQueue {
             // The list's reference goes before the retirement completes.
             released?.release()
             if let finished = plan.take() {
-                finished.complete(settle: finished.countsRetirement)
+                let settle = finished.countsRetirement
+                finished.complete(settle: settle)
             }
             effects.perform(on: self)
         }
