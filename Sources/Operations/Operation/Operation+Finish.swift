@@ -67,7 +67,7 @@ extension Operation {
             guard state.beginFinishing() else { return nil }
             if storedDependents.isEmpty, storedDependencies.isEmpty, extras == nil, keys.isEmpty {
                 // The plain case: nothing to release, run or announce.
-                return FinishPlan(operation: self, dependents: .empty, registered: .empty, completion: nil, queue: membership, keys: [])
+                return FinishPlan(operation: self, dependents: .none, registered: .empty, completion: nil, queue: membership, keys: [])
             }
             let dependents = Operation.retainDependents(storedDependents.take())
             // Still registered with unfinished dependencies (it was cancelled,
@@ -132,34 +132,32 @@ extension Operation {
         withExtendedLifetime(removed) {}
     }
 
+    /// Strong references to the dependents in `list` that are not being
+    /// deallocated, in order. Call while holding the lock of the operation
+    /// whose list `list` was (see `retainDependent`). A list of several keeps
+    /// its buffer, whose entries are retained in place (see
+    /// `HeldDependents`): finishing allocates nothing for them.
+    static func retainDependents(_ list: DependentList) -> HeldDependents {
+        switch list {
+        case .empty:
+            return .none
+        case .one(let entry):
+            guard let dependent = retainDependent(entry) else { return .none }
+            return .one(dependent)
+        case .many(let array):
+            array.holdEntries { entry in
+                guard let dependent = retainDependent(entry) else { return false }
+                _ = Unmanaged.passRetained(dependent)
+                return true
+            }
+            return .many(array)
+        }
+    }
+
     /// A strong reference to the dependent behind `entry`, or nil if it is
     /// being deallocated. Call while holding the lock of the operation whose
     /// dependents list holds `entry`: that lock keeps the dependent's memory
     /// valid (see `DependentList`).
-    /// Strong references to the dependents in `list` that are not being
-    /// deallocated, in order, in one allocation at most. Call while holding
-    /// the lock of the operation whose list `list` was (see `retainDependent`).
-    static func retainDependents(_ list: DependentList) -> OperationList {
-        switch list {
-        case .empty:
-            return .empty
-        case .one(let entry):
-            guard let dependent = retainDependent(entry) else { return .empty }
-            return .one(dependent)
-        case .many(let array):
-            var retained: [Operation] = []
-            retained.reserveCapacity(array.live)
-            array.forEach { entry in
-                if let dependent = retainDependent(entry) { retained.append(dependent) }
-            }
-            switch retained.count {
-            case 0: return .empty
-            case 1: return .one(retained[0])
-            default: return .many(retained)
-            }
-        }
-    }
-
     static func retainDependent(_ entry: Unmanaged<Operation>) -> Operation? {
         entry._withUnsafeGuaranteedRef { dependent -> Operation? in
             // A queued dependent is retained by its queue, which lets go of it
@@ -171,6 +169,21 @@ extension Operation {
             weak let probe = dependent
             return probe
         }
+    }
+}
+
+/// The dependents a finishing operation releases, each retained: none, one,
+/// or the dependents buffer taken from the operation, whose entries were
+/// retained in place (`DependentArray.holdEntries`) and are released when
+/// the buffer is deallocated.
+enum HeldDependents {
+    case none
+    case one(Operation)
+    case many(DependentArray)
+
+    var isEmpty: Bool {
+        if case .none = self { return true }
+        return false
     }
 }
 
@@ -189,8 +202,8 @@ struct FinishPlan: ~Copyable {
     /// operation is a member, and while a retirement it counted is in flight.
     let queue: Unmanaged<OperationQueue>?
     /// The dependents to release (retained), held directly: no allocation
-    /// beyond the list's own for the common finish.
-    private let dependents: OperationList
+    /// for the common finish.
+    private let dependents: HeldDependents
     /// Dependencies still to leave, completion block and owed announcements;
     /// nil when there are none.
     private let details: FinishDetails?
@@ -199,7 +212,7 @@ struct FinishPlan: ~Copyable {
 
     init(
         operation: Operation,
-        dependents: OperationList,
+        dependents: HeldDependents,
         registered: OperationList,
         completion: (@Sendable () -> Void)?,
         queue: Unmanaged<OperationQueue>?,
@@ -254,12 +267,16 @@ struct FinishPlan: ~Copyable {
         // dependency's list points at it once the queue lets go of it.
         details?.leaveRegisteredLists(of: operation)
         switch dependents {
-        case .empty:
+        case .none:
             return
         case .one(let dependent):
             Self.release(dependent, of: operation, collectingFor: queue, into: &readied)
         case .many(let list):
-            for dependent in list { Self.release(dependent, of: operation, collectingFor: queue, into: &readied) }
+            // The plan holds each entry's retain (`holdEntries`) until it is
+            // dropped, so borrowing them here is safe.
+            list.forEach { entry in
+                entry._withUnsafeGuaranteedRef { Self.release($0, of: operation, collectingFor: queue, into: &readied) }
+            }
         }
     }
 

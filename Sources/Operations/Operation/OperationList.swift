@@ -219,6 +219,10 @@ final class DependentArray: ManagedBuffer<DependentArray.Header, UnsafeMutableRa
         /// Positions of entries, built when a list longer than
         /// `indexThreshold` is first searched, and kept up to date from then on.
         var positions: [UnsafeMutableRawPointer: Int]?
+        /// Whether each live entry owns a retain of its operation (the
+        /// buffer was taken by a finishing operation: `holdEntries`), given
+        /// back when the buffer is deallocated.
+        var holdsRetains = false
     }
 
     private static let indexThreshold = 32
@@ -226,7 +230,7 @@ final class DependentArray: ManagedBuffer<DependentArray.Header, UnsafeMutableRa
     /// A buffer with room for `capacity` entries, holding none.
     private static func make(capacity: Int) -> DependentArray {
         let buffer = create(minimumCapacity: capacity) { _ in
-            Header(count: 0, capacity: capacity, start: 0, live: 0, positions: nil)
+            Header(count: 0, capacity: capacity, start: 0, live: 0, positions: nil, holdsRetains: false)
         }
         // `create` returns an instance of the class it is called on.
         return unsafeDowncast(buffer, to: DependentArray.self)
@@ -242,6 +246,30 @@ final class DependentArray: ManagedBuffer<DependentArray.Header, UnsafeMutableRa
             header.pointee.live = 2
         }
         return array
+    }
+
+    deinit {
+        guard header.holdsRetains else { return }
+        forEach { $0.release() }
+    }
+
+    /// Turns the buffer, taken out of its operation's dependents list, into
+    /// a list of owned references: `retain` is called with each live entry
+    /// and either retains it (once) and returns true, or returns false to
+    /// drop it. The retains are given back when the buffer is deallocated.
+    /// Call with the former owner's lock held (see `DependentList`).
+    func holdEntries(_ retain: (Unmanaged<Operation>) -> Bool) {
+        withUnsafeMutablePointers { header, slots in
+            header.pointee.positions = nil
+            for index in header.pointee.start..<header.pointee.count {
+                guard let entry = slots[index] else { continue }
+                if !retain(Unmanaged.fromOpaque(entry)) {
+                    slots[index] = nil
+                    header.pointee.live -= 1
+                }
+            }
+            header.pointee.holdsRetains = true
+        }
     }
 
     /// The number of live entries. O(1).
