@@ -92,6 +92,35 @@ struct LifetimeTests {
         #expect(alive.isEmpty, "still alive: \(alive)")
     }
 
+    @Test("a large cancelled batch, some with completion blocks, retires once each and is released")
+    func largeCancelledBatchRetiresAndIsReleased() {
+        let tracker = LifetimeTracker()
+        let completions = Atomic<Int>(0)
+        do {
+            let queue = tracker.track(makeQueue("cancelled-batch"), "queue")
+            queue.isSuspended = true
+            var operations: [Operation] = []
+            // More than a drain loop retires per lock acquisition, so that
+            // batches fill (and the batch storage grows); every third has a
+            // completion block, which runs on the loop or on a job of its own.
+            for index in 0..<300 {
+                let captured = tracker.track(Tracked("closure \(index)"))
+                let operation = tracker.track(BlockOperation { _ = captured }, "op \(index)")
+                if index % 3 == 0 { operation.completionBlock = { completions.add(1, ordering: .relaxed) } }
+                operations.append(operation)
+            }
+            queue.addOperations(operations, waitUntilFinished: false)
+            queue.cancelAllOperations()
+            queue.isSuspended = false
+            #expect(queue.waitUntilAllOperationsAreFinished(timeout: patience))
+            #expect(operations.allSatisfy { $0.isFinished && $0.isCancelled })
+            operations.removeAll()
+        }
+        let alive = tracker.waitForRelease()
+        #expect(alive.isEmpty, "still alive: \(alive)")
+        #expect(completions.load(ordering: .relaxed) == 100)
+    }
+
     @Test("an unfinished dependency graph that is dropped is released")
     func droppedGraphReleased() {
         let tracker = LifetimeTracker()

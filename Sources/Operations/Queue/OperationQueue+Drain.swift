@@ -320,13 +320,13 @@ struct FinishPlanBatch: ~Copyable {
 
     mutating func append(_ plan: consuming FinishPlan) {
         if count == capacity {
-            let grown = UnsafeMutablePointer<FinishPlan>.allocate(capacity: max(64, capacity * 2))
+            let grown = UnsafeMutablePointer<FinishPlan>.allocate(capacity: max(16, capacity * 2))
             if let storage {
                 grown.moveInitialize(from: storage, count: count)
                 storage.deallocate()
             }
             storage = grown
-            capacity = max(64, capacity * 2)
+            capacity = max(16, capacity * 2)
         }
         (storage! + count).initialize(to: plan)
         count += 1
