@@ -1,3 +1,4 @@
+import Synchronization
 import Testing
 @testable import Operations
 
@@ -34,5 +35,26 @@ struct GraphLifetimeTests {
         #expect(dependent == nil)
         dependency.start()
         #expect(dependency.isFinished)
+    }
+
+    @Test("a strong reference to a deinitializing object is refused, without a weak reference")
+    func tryRetainRefusesDeinitializingObjects() {
+        #expect(RuntimeTryRetain.usesRuntimeEntryPoint, "swift_tryRetain should be found on this platform")
+        let seenInDeinit = Mutex<Bool?>(nil)
+        final class Probe: Sendable {
+            let report: @Sendable (Bool) -> Void
+            init(report: @escaping @Sendable (Bool) -> Void) { self.report = report }
+            deinit { report(RuntimeTryRetain.strongReference(to: self) != nil) }
+        }
+        weak var released: Probe?
+        do {
+            let probe = Probe { got in seenInDeinit.withLock { $0 = got } }
+            released = probe
+            // A live object: the reference is taken and given back.
+            let strong = RuntimeTryRetain.strongReference(to: probe)
+            #expect(strong === probe)
+        }
+        #expect(released == nil, "the reference taken from a live object was not given back")
+        #expect(seenInDeinit.withLock { $0 } == false, "a deinitializing object was retained")
     }
 }

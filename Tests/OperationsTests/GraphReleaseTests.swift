@@ -65,6 +65,21 @@ struct GraphReleaseTests {
         #expect(kept.allSatisfy { $0.isFinished })
     }
 
+    @Test("a fan-in starts only after every one of its dependencies finished", arguments: [2, 3, 50])
+    func fanInWaitsForAll(count: Int) {
+        let queue = OperationQueue()
+        let finished = Atomic<Int>(0)
+        let seenAtStart = Atomic<Int>(-1)
+        let sink = BlockOperation { seenAtStart.store(finished.load(ordering: .acquiring), ordering: .releasing) }
+        let sources = (0..<count).map { _ in
+            BlockOperation { finished.add(1, ordering: .releasing) }
+        }
+        for source in sources { sink.addDependency(source) }
+        queue.addOperations([sink] + sources, waitUntilFinished: false)
+        #expect(queue.waitUntilAllOperationsAreFinished(timeout: .seconds(20)))
+        #expect(seenAtStart.load(ordering: .acquiring) == count, "the sink started before all of its dependencies finished")
+    }
+
     @Test("a dependents list matches a plain array through growth, removals in any order and compaction", arguments: [1, 2, 3])
     func dependentListModel(seed: UInt64) {
         // Every operation lives for the whole test, so the list's unretained

@@ -201,6 +201,8 @@ extension Operation {
 
     /// One of this operation's counted dependencies finished.
     final func dependencyDidFinish(_ dependency: Operation, callerQueue: OperationQueue?) -> ReadinessNews {
+        // Not the last one, and nothing watches: one compare-and-swap.
+        if tryFastDependencyFinished() { return .none }
         // A failure policy cancels before the operation can become ready, so
         // that a queue never starts it.
         if loadState().hasFailurePolicy { applyFailurePolicy(after: [dependency]) }

@@ -164,10 +164,9 @@ extension Operation {
             // only after it has left every dependents list (step 2 of its own
             // finish) — which needs this lock.
             if dependent.loadState().isEnqueued { return dependent }
-            // Otherwise only its owner keeps it alive: a weak reference reads
-            // nil once its deinitialization has begun.
-            weak let probe = dependent
-            return probe
+            // Otherwise only its owner keeps it alive, and it may be
+            // deinitializing (its `deinit` then waits for this lock).
+            return RuntimeTryRetain.strongReference(to: dependent)
         }
     }
 }

@@ -138,7 +138,8 @@ extension Operation {
     /// (see `ThreadContext`), the queue unchanged.
     @inline(__always)
     final func withThreadContext<R: ~Copyable>(_ body: () -> R) -> R {
-        // The thread's context lives as long as the thread.
+        // unowned(unsafe): the thread-specific key holds a retain of the
+        // context until this thread exits.
         unowned(unsafe) let context = ThreadContext.current
         let saved = context.enter(self)
         defer { context.leave(restoring: saved) }

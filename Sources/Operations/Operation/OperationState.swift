@@ -79,6 +79,14 @@ struct OperationState: Equatable, Sendable, CustomStringConvertible {
     /// cancelled, unobserved, no failure policy, no unfinished dependencies.
     static let fastStartMask: UInt64 = lockBit | baseExecutingBit | baseFinishedBit | cancelledBit
         | observedBit | finishedBit | failurePolicyBit | (UInt64(UInt32.max) << dependencyShift)
+    /// The bits that must be clear for the one-step removal of an unfinished
+    /// dependency (`OperationCore.tryFastDependencyFinished`): unlocked,
+    /// unobserved, no failure policy.
+    static let fastDependencyMask: UInt64 = lockBit | observedBit | failurePolicyBit
+    /// One unfinished dependency in the raw word, and the lowest raw count
+    /// the one-step removal accepts (two: one remains afterwards).
+    static let dependencyStep: UInt64 = dependencyUnit
+    static let fastDependencyMinimum: UInt64 = 2 << dependencyShift
     /// The base-executing bit, for the one-step start.
     static let baseExecutingFlag: UInt64 = baseExecutingBit
     /// The queue-start bit, consumed by the one-step start.
