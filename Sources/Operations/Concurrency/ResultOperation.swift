@@ -45,7 +45,7 @@
 /// ``Operation/dependencies``), so an input's result is released as soon as
 /// nothing else holds that operation.
 open class ResultOperation<Success: Sendable, Failure: Error>: Operation, @unchecked Sendable {
-    // @unchecked Sendable: `body`, `storedResult` and `inputs` are read and
+    // @unchecked Sendable: `body`, `storedOutcome` and `inputs` are read and
     // written only while the state lock bit (see `Operation`) is held;
     // `hasAsyncBody` is immutable.
 
@@ -59,7 +59,11 @@ open class ResultOperation<Success: Sendable, Failure: Error>: Operation, @unche
     }
 
     private final var body: Body?
-    private final var storedResult: Result<Success, Failure>?
+    /// The outcome, behind a reference of a non-generic type: the paths every
+    /// operation takes (start, finish, release) then need no runtime lookup
+    /// of `Result<Success, Failure>`'s metadata, which in this generic class
+    /// cost a few hundred instructions per use (see `ResultOutcome`).
+    private final var storedOutcome: ResultOutcome?
     private final let hasAsyncBody: Bool
     /// The operations whose values the body receives, in order (also
     /// dependencies). Retained here and released once the body has run.
@@ -147,7 +151,8 @@ open class ResultOperation<Success: Sendable, Failure: Error>: Operation, @unche
     /// cancelled before it started, or whose inputs had no value), then the
     /// value or the error.
     public final var result: Result<Success, Failure>? {
-        withStateLock { _ in storedResult }
+        guard let outcome = withStateLock({ _ in storedOutcome }) else { return nil }
+        return outcome.result(Success.self, Failure.self)
     }
 
     /// Waits for the operation to finish and returns its value.
@@ -208,9 +213,9 @@ open class ResultOperation<Success: Sendable, Failure: Error>: Operation, @unche
             cancellation.attachCurrentTask()
             let outcome = await OperationTaskContext.$current.withValue(
                 OperationTaskContext(operation: self, queue: queue, body: cancellation)
-            ) { () async -> Result<Success, Failure>? in
+            ) { () async -> ResultOutcome? in
                 guard let carried else { return await Self.runAsync(work, inputs: operations) }
-                var outcome: Result<Success, Failure>?
+                var outcome: ResultOutcome?
                 await carried.run { outcome = await Self.runAsync(work, inputs: operations) }
                 return outcome
             }
@@ -246,16 +251,26 @@ open class ResultOperation<Success: Sendable, Failure: Error>: Operation, @unche
 
     /// Runs an `async` body on the caller's executor (no hop of its own):
     /// its value or error, or nil when an input had no value.
-    private nonisolated(nonsending) static func runAsync(_ work: Body, inputs operations: [Operation]) async -> Result<Success, Failure>? {
+    private nonisolated(nonsending) static func runAsync(_ work: Body, inputs operations: [Operation]) async -> ResultOutcome? {
         do throws(Failure) {
             switch work {
-            case .async(let body): return .success(try await body())
-            case .asyncInputs(let body): return try await body(operations).map { .success($0) }
+            case .async(let body): return ResultValue<Success>(try await body())
+            case .asyncInputs(let body): return try await runAsync(body, inputs: operations)
             case .sync, .syncInputs: return nil
             }
         } catch {
-            return .failure(error)
+            return ResultFailure<Failure>(error)
         }
+    }
+
+    /// `runAsync` for a body fed with the inputs' values (its own function,
+    /// so that the common body's frame has no `Success?` to size).
+    private nonisolated(nonsending) static func runAsync(
+        _ body: @Sendable ([Operation]) async throws(Failure) -> Success?,
+        inputs operations: [Operation]
+    ) async throws(Failure) -> ResultOutcome? {
+        guard let value = try await body(operations) else { return nil }
+        return ResultValue<Success>(value)
     }
 
     /// The `async` body has returned: the operation finishes.
@@ -275,15 +290,15 @@ open class ResultOperation<Success: Sendable, Failure: Error>: Operation, @unche
     open override func main() {
         guard let taken = takeBody() else { return }
         let operations = takenInputs()
-        let outcome: Result<Success, Failure>?
+        let outcome: ResultOutcome?
         do throws(Failure) {
             switch taken {
-            case .sync(let body): outcome = .success(try body())
-            case .syncInputs(let body): outcome = try body(operations).map { .success($0) }
+            case .sync(let body): outcome = ResultValue<Success>(try body())
+            case .syncInputs(let body): outcome = try body(operations).map { ResultValue<Success>($0) }
             case .async, .asyncInputs: outcome = nil
             }
         } catch {
-            outcome = .failure(error)
+            outcome = ResultFailure<Failure>(error)
         }
         complete(with: outcome, inputs: operations)
     }
@@ -301,23 +316,18 @@ open class ResultOperation<Success: Sendable, Failure: Error>: Operation, @unche
 
     /// Stores the outcome and lets go of the inputs. A nil outcome means an
     /// input had no value: the failure records which.
-    private func complete(with outcome: Result<Success, Failure>?, inputs operations: [Operation]) {
+    private func complete(with outcome: ResultOutcome?, inputs operations: [Operation]) {
         var released = OperationList.empty
         withStateLock { _ in
-            storedResult = outcome
+            storedOutcome = outcome
             released = inputs.take()
             for input in operations { storedDependencies.remove(input) }
         }
-        switch outcome {
-        case .failure(let error)?:
-            recordFailure(error)
-        case nil:
-            if let missing = operations.first(where: { !$0.hasSuccessValue }) {
-                let reason: DependencyError.Reason = missing.failure.map { .failed($0) } ?? .cancelled
-                recordFailure(DependencyError(dependency: missing, reason: reason))
-            }
-        case .success?:
-            break
+        if let outcome {
+            if let error = outcome.error { recordFailure(error) }
+        } else if let missing = operations.first(where: { !$0.hasSuccessValue }) {
+            let reason: DependencyError.Reason = missing.failure.map { .failed($0) } ?? .cancelled
+            recordFailure(DependencyError(dependency: missing, reason: reason))
         }
         // The inputs may be the last references to long chains: released
         // outside the lock (their release is iterative, see DependencyEdges).
@@ -329,14 +339,14 @@ open class ResultOperation<Success: Sendable, Failure: Error>: Operation, @unche
     /// `ResultOperation(after:)` released unrun must not recurse).
     override func releasableOperations() -> OperationList {
         var (taken, outcome) = withStateLock { _ in
-            let outcome = storedResult
-            storedResult = nil
+            let outcome = storedOutcome
+            storedOutcome = nil
             return (inputs.take(), outcome)
         }
         // A body may have rethrown an input's `DependencyError`, which names
         // that input: hold it before the error is released (see
         // `takeEdgesForRelease`).
-        if case .failure(let error)? = outcome, let reason = error as? DependencyError {
+        if let reason = outcome?.error as? DependencyError {
             taken.append(reason.dependency)
         }
         outcome = nil
@@ -345,8 +355,8 @@ open class ResultOperation<Success: Sendable, Failure: Error>: Operation, @unche
 
     /// Whether this operation finished with a value.
     override var hasSuccessValue: Bool {
-        if case .success? = result { return true }
-        return false
+        guard let outcome = withStateLock({ _ in storedOutcome }) else { return false }
+        return outcome.error == nil
     }
 
     private func effectiveQualityOfService(queue: OperationQueue?) -> QualityOfService {
@@ -391,5 +401,58 @@ public struct ResultOperationWork<Success: Sendable, Failure: Error>: @unchecked
     /// An `async` body, run in a task.
     public static func async(_ body: @escaping @Sendable () async throws(Failure) -> Success) -> Self {
         Self(body: .async(body))
+    }
+}
+
+/// A finished ``ResultOperation``'s outcome, held through this non-generic
+/// class so that the operation's own paths (storing it, recording a
+/// failure, releasing it) use no generic type's metadata: in a generic
+/// class, each use of a type built from the generic parameters, such as
+/// `Result<Success, Failure>?`, asks the runtime for that type's metadata,
+/// a hash-table lookup of a few hundred instructions, and an operation's
+/// start-to-release path made about fifteen of them. A value or an error is
+/// stored as the parameter type itself (`ResultValue`, `ResultFailure`),
+/// whose metadata the generic context already has; only the box's class is
+/// looked up, once, when it is made.
+class ResultOutcome: @unchecked Sendable {
+    // @unchecked Sendable: immutable after initialization; `error` is the
+    // failure of a `Result` whose `Failure` the operation's `Sendable`
+    // contract covers, as its `result` does.
+
+    /// The error of a failure; nil for a value.
+    let error: (any Error)?
+
+    init(error: (any Error)?) {
+        self.error = error
+    }
+
+    /// The outcome as the operation's `Result`.
+    final func result<Success, Failure>(_: Success.Type, _: Failure.Type) -> Result<Success, Failure> {
+        // The operation made this box with its own `Success` and `Failure`.
+        if error != nil { return .failure(unsafeDowncast(self, to: ResultFailure<Failure>.self).failure) }
+        return .success(unsafeDowncast(self, to: ResultValue<Success>.self).value)
+    }
+}
+
+/// The value of a ``ResultOperation`` that succeeded.
+final class ResultValue<Success>: ResultOutcome, @unchecked Sendable {
+    // @unchecked Sendable: immutable after initialization; `Success` is
+    // `Sendable` wherever an operation makes one.
+    let value: Success
+
+    init(_ value: Success) {
+        self.value = value
+        super.init(error: nil)
+    }
+}
+
+/// The error of a ``ResultOperation`` that failed.
+final class ResultFailure<Failure: Error>: ResultOutcome, @unchecked Sendable {
+    // @unchecked Sendable: immutable after initialization (see `ResultOutcome`).
+    let failure: Failure
+
+    init(_ failure: Failure) {
+        self.failure = failure
+        super.init(error: failure)
     }
 }
