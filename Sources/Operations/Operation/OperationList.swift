@@ -37,12 +37,13 @@ enum OperationList: Sendable {
             self = .one(operation)
         case .one(let only):
             // Graphs usually give an operation a few dependencies: room for
-            // four avoids regrowing at the second and third.
-            var list: [Operation] = []
-            list.reserveCapacity(4)
-            list.append(only)
-            list.append(operation)
-            self = .many(list)
+            // four avoids regrowing at the third and fourth. Built in place:
+            // one allocation, no growth path.
+            self = .many([Operation](unsafeUninitializedCapacity: 4) { buffer, count in
+                buffer.initializeElement(at: 0, to: only)
+                buffer.initializeElement(at: 1, to: operation)
+                count = 2
+            })
         case .many(var list):
             self = .empty  // drop the enum's reference so the array is unique
             list.append(operation)
