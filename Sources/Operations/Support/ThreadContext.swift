@@ -36,7 +36,9 @@ final class ThreadContext {
     @exclusivity(unchecked) private var outerOperations: [Unmanaged<Operation>] = []
     /// The operation whose `async` body this thread is starting with
     /// `Task.immediate` (see `ResultOperation.runBody`), while the task's
-    /// synchronous first part runs here; nil otherwise.
+    /// synchronous first part runs here; nil otherwise. Unretained: it is
+    /// only compared by identity, never dereferenced, and the drain loop
+    /// that set it holds the operation meanwhile.
     @exclusivity(unchecked) var inlineAsyncBody: Unmanaged<Operation>?
     /// Set by that body when it returned before its first suspension: its
     /// starter finishes the operation, as for a synchronous body.
