@@ -82,7 +82,9 @@ final class AsyncBodyCancellation: @unchecked Sendable {
     // (`UnsafeCurrentTask` holds a strong reference, as `Task` does), so
     // whichever is set is valid to cancel from any thread, and the task's
     // address stays unique while this object lives.
-    private let lock = PlatformLock()
+    // One per body: an inline lock, so that making one allocates nothing
+    // beyond the object itself (its sections are a few stores).
+    private let lock = InlineSpinLock()
     private var current: UnsafeCurrentTask?
     private var handle: Task<Void, Never>?
     private var requested = false

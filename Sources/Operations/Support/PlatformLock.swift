@@ -1,3 +1,4 @@
+import Synchronization
 #if canImport(Glibc)
 import Glibc
 #elseif canImport(Musl)
@@ -168,5 +169,30 @@ package final class LockedValue<Value>: @unchecked Sendable {
         lock.lock()
         defer { lock.unlock() }
         return try body(&value)
+    }
+}
+
+/// A lock for critical sections of a few instructions that never block,
+/// allocate or call user code, on objects made in large numbers (one per
+/// `async` body): one atomic flag stored inline, so creating one costs
+/// nothing, unlike `PlatformLock`'s heap-allocated mutex. A contended
+/// `lock()` spins, and yields the processor after 64 tries in case the
+/// holder was preempted.
+struct InlineSpinLock: ~Copyable {
+    private let held = Atomic<Bool>(false)
+
+    init() {}
+
+    /// Runs `body` with the lock held. `body` must be short and must not
+    /// block, allocate on a path that can wait, or call user code.
+    @inline(__always)
+    func withLock<R>(_ body: () throws -> R) rethrows -> R {
+        var spins = 0
+        while !held.compareExchange(expected: false, desired: true, successOrdering: .acquiring, failureOrdering: .relaxed).exchanged {
+            spins += 1
+            if spins > 64 { sched_yield() }
+        }
+        defer { held.store(false, ordering: .releasing) }
+        return try body()
     }
 }
