@@ -45,9 +45,9 @@
 /// ``Operation/dependencies``), so an input's result is released as soon as
 /// nothing else holds that operation.
 open class ResultOperation<Success: Sendable, Failure: Error>: Operation, @unchecked Sendable {
-    // @unchecked Sendable: `body`, `storedOutcome` and `inputs` are read and
-    // written only while the state lock bit (see `Operation`) is held;
-    // `hasAsyncBody` is immutable.
+    // @unchecked Sendable: `body`, `storedOutcome`, `inputs` and
+    // `bodyCancellation` are read and written only while the state lock bit
+    // (see `Operation`) is held; `hasAsyncBody` is immutable.
 
     /// The work, taken (and released) when the operation starts.
     enum Body {
@@ -68,6 +68,9 @@ open class ResultOperation<Success: Sendable, Failure: Error>: Operation, @unche
     /// The operations whose values the body receives, in order (also
     /// dependencies). Retained here and released once the body has run.
     private final var inputs: OperationList = .empty
+    /// The bridge that cancels the running `async` body's task, from its
+    /// start until the body returns (see `takeBodyCancellationLocked`).
+    private final var bodyCancellation: AsyncBodyCancellation?
 
     /// Creates an operation that runs `work`: the designated initializer.
     ///
@@ -208,7 +211,13 @@ open class ResultOperation<Success: Sendable, Failure: Error>: Operation, @unche
         // runs its first part inside `start`, before a handle exists, and a
         // cancellation meanwhile must reach it (`AsyncBodyCancellation`).
         let cancellation = AsyncBodyCancellation()
-        onCancel { cancellation.cancel() }
+        let cancelNow = withStateLock { state -> Bool in
+            if state.isFinished { return false }
+            if state.isCancelled || state.hasHandledCancellation { return true }
+            bodyCancellation = cancellation
+            return false
+        }
+        if cancelNow { cancellation.cancel() }
         let run: @Sendable () async -> Void = { [self] in
             cancellation.attachCurrentTask()
             let outcome = await OperationTaskContext.$current.withValue(
@@ -318,11 +327,16 @@ open class ResultOperation<Success: Sendable, Failure: Error>: Operation, @unche
     /// input had no value: the failure records which.
     private func complete(with outcome: ResultOutcome?, inputs operations: [Operation]) {
         var released = OperationList.empty
-        withStateLock { _ in
+        // The body has returned: its task needs no more cancelling. The
+        // bridge (which holds the task) is dropped after unlocking.
+        let finishedBridge = withStateLock { _ -> AsyncBodyCancellation? in
             storedOutcome = outcome
             released = inputs.take()
             for input in operations { storedDependencies.remove(input) }
+            defer { bodyCancellation = nil }
+            return bodyCancellation
         }
+        withExtendedLifetime(finishedBridge) {}
         if let outcome {
             if let error = outcome.error { recordFailure(error) }
         } else if let missing = operations.first(where: { !$0.hasSuccessValue }) {
@@ -333,6 +347,11 @@ open class ResultOperation<Success: Sendable, Failure: Error>: Operation, @unche
         // outside the lock (their release is iterative, see DependencyEdges).
         withExtendedLifetime(released) {}
         withExtendedLifetime(operations) {}
+    }
+
+    override func takeBodyCancellationLocked() -> AsyncBodyCancellation? {
+        defer { bodyCancellation = nil }
+        return bodyCancellation
     }
 
     /// Hands the inputs to the releasing walk of `deinit` (a long chain of

@@ -20,6 +20,7 @@ extension Operation {
         let observed = snapshot.isObserved
         if observed { notifyWillChange(keys) }
         var handlers: [@Sendable () -> Void] = []
+        var body: AsyncBodyCancellation?
         var queue: OperationQueue?
         var readyAt: OperationInstrumentation.Stamp?
         let changed = withStateLock { state -> Bool in
@@ -28,9 +29,12 @@ extension Operation {
             // Cancelling makes a waiting operation ready (as its base state);
             // timed under the lock, like its other readiness changes.
             if !outcome.wasReady, state.countsDependencies, OperationInstrumentation.isActive { readyAt = OperationInstrumentation.Stamp() }
-            if state.takeCancellationHandling(), let extras {
-                handlers = extras.cancellationHandlers
-                extras.cancellationHandlers = []
+            if state.takeCancellationHandling() {
+                body = takeBodyCancellationLocked()
+                if let extras {
+                    handlers = extras.cancellationHandlers
+                    extras.cancellationHandlers = []
+                }
             }
             queue = queueForNews(state)
             return true
@@ -42,6 +46,7 @@ extension Operation {
         if OperationInstrumentation.isActive { OperationInstrumentation.emit(.cancelled, self, queue: queue) }
         // An `isReady` override is reported by the queue, when it re-reads it.
         if let readyAt, !overrides(.isReady) { OperationInstrumentation.emit(.ready, self, queue: queue, at: readyAt.time) }
+        body?.cancel()
         for handler in handlers { handler() }
         return queue
     }
@@ -52,13 +57,18 @@ extension Operation {
     final func cancellationWasAnnounced() {
         guard isCancelled else { return }
         var handlers: [@Sendable () -> Void] = []
+        var body: AsyncBodyCancellation?
         let queue = withStateLock { state -> OperationQueue? in
-            if state.takeCancellationHandling(), let extras {
-                handlers = extras.cancellationHandlers
-                extras.cancellationHandlers = []
+            if state.takeCancellationHandling() {
+                body = takeBodyCancellationLocked()
+                if let extras {
+                    handlers = extras.cancellationHandlers
+                    extras.cancellationHandlers = []
+                }
             }
             return queueForNews(state)
         }
+        body?.cancel()
         for handler in handlers { handler() }
         queue?.memberReadinessMayHaveChanged(self)
     }

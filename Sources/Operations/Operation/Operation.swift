@@ -346,6 +346,13 @@ open class Operation: @unchecked Sendable {
         return .finished
     }
 
+    /// The bridge to a running `async` body's task, taken (once) to cancel
+    /// it: `ResultOperation` keeps it in a field of its own rather than as a
+    /// cancellation handler, so that an `async` body costs no extras box,
+    /// closure or array. Called with the lock bit held; the library's own
+    /// override only moves a stored reference out.
+    func takeBodyCancellationLocked() -> AsyncBodyCancellation? { nil }
+
     /// Operations a subclass retains outside `dependencies` that may form
     /// long chains (a `ResultOperation`'s inputs), handed to the releasing
     /// walk of `deinit`. The default has none.
