@@ -84,8 +84,8 @@ struct AsyncBodyTests {
         second.addDependency(first)
         queue.addOperations([first, second], waitUntilFinished: false)
         #expect(queue.waitUntilAllOperationsAreFinished(timeout: patience))
-        #expect(first.result.flatMap { try? $0.get() } == 1)
-        #expect(second.result.flatMap { try? $0.get() } == 2)
+        #expect(first.result == .success(1))
+        #expect(second.result == .success(2))
         #expect(completions.load(ordering: .relaxed) == 1)
         // The loop that ran the body's first part also finished the
         // operation: its completion block ran there, not on a thread the

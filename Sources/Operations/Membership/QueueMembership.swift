@@ -92,11 +92,19 @@ extension OperationQueue {
     /// queue, its slot is freed, barriers advance, and more operations may
     /// start. `retirementPending` counts its observers and completion block
     /// as in flight until `memberRetired()`.
-    final func memberFinished(_ operation: Operation, retirementPending: Bool) {
+    ///
+    /// With `keepingSlot`, an operation that holds a slot keeps it, as a
+    /// drain loop's does, until the caller has told its
+    /// `isExecuting`/`isFinished` observers and called `releaseKeptSlot(of:)`
+    /// (Foundation's order: the slot starts its next operation after them).
+    /// Returns whether the slot was kept.
+    @discardableResult
+    final func memberFinished(_ operation: Operation, retirementPending: Bool, keepingSlot: Bool = false) -> Bool {
         let isObserved = observed.load(ordering: .relaxed)
         if isObserved { notifyWillChange(Self.contentKeys) }
         lock.lock()
-        let released = state.unlink(operation, retirementPending: retirementPending)
+        let keeps = keepingSlot && operation.queueLink.has(QueueLink.Flags.holdsSlot)
+        let released = state.unlink(operation, retirementPending: retirementPending, keepingSlot: keeps)
         emitLocked(.finished(operation))
         let effects = takeEffectsLocked()
         lock.unlock()
@@ -105,6 +113,7 @@ extension OperationQueue {
         released?.release()
         if isObserved { notifyDidChange(Self.contentKeys) }
         effects.perform(on: self)
+        return keeps
     }
 
     /// A retirement counted by `memberFinished` is done (step 6).

@@ -243,13 +243,26 @@ struct FinishPlan: ~Copyable {
     /// Steps 2 to 6, for every finish except a drain loop's own. The queue
     /// counts the retirement as in flight until it is complete, so that its
     /// waiters wake only after this plan has let go of the operation.
+    ///
+    /// As in a drain loop, an operation that holds a slot keeps it while its
+    /// `isExecuting`/`isFinished` observers are told, so that a serial
+    /// queue's next operation starts after them (Foundation's order); an
+    /// observer that blocks in one of the library's waits frees it first
+    /// (`OperationQueue.releaseKeptSlots(of:)`).
     consuming func run() {
         if details != nil || !dependents.isEmpty {
             var none: [Operation] = []
             releaseDependents(collectingFor: nil, into: &none)
         }
         if let queue {
-            queue._withUnsafeGuaranteedRef { $0.memberFinished(operation, retirementPending: true) }
+            let finished = operation
+            let kept = queue._withUnsafeGuaranteedRef {
+                $0.memberFinished(finished, retirementPending: true, keepingSlot: announces)
+            }
+            if kept {
+                announce()
+                queue._withUnsafeGuaranteedRef { $0.releaseKeptSlot(of: finished) }
+            }
         }
         complete(settle: true)
     }

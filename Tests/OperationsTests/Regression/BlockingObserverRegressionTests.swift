@@ -125,6 +125,96 @@ struct BlockingObserverRegressionTests {
     }
 }
 
+/// An operation that finishes later, from another thread: how it does so.
+enum LateFinish: String, CaseIterable, Sendable {
+    /// `AsyncOperation.finish()` from a dispatch queue.
+    case asyncOperation
+    /// A `ResultOperation` whose `async` body suspends before returning.
+    case suspendingBody
+    /// A subclass with its own `start()` that announces `isFinished` from a
+    /// dispatch queue.
+    case customStart
+
+    func make(_ work: @escaping @Sendable () -> Void) -> Operation {
+        switch self {
+        case .asyncOperation:
+            return AsyncOperation { operation in
+                work()
+                DispatchQueue.global().async { operation.finish() }
+            }
+        case .suspendingBody:
+            return ResultOperation<Int, Never> { () async -> Int in
+                work()
+                await Task.yield()
+                return 1
+            }
+        case .customStart:
+            return LateFinishingOperation(work)
+        }
+    }
+}
+
+/// A concurrent operation built by hand: `start()` runs `work`, then
+/// finishes from a dispatch queue with `isExecuting`/`isFinished`
+/// announcements.
+final class LateFinishingOperation: Operation, @unchecked Sendable {
+    // @unchecked Sendable: `state` is guarded by its lock; `work` is immutable.
+    private let state = LockedValue<(executing: Bool, finished: Bool)>((false, false))
+    private let work: @Sendable () -> Void
+
+    init(_ work: @escaping @Sendable () -> Void) {
+        self.work = work
+        super.init()
+    }
+
+    override var isAsynchronous: Bool { true }
+    override var isExecuting: Bool { state.withLock { $0.executing } }
+    override var isFinished: Bool { state.withLock { $0.finished } }
+
+    override func start() {
+        willChangeValue(forKey: "isExecuting")
+        state.withLock { $0.executing = true }
+        didChangeValue(forKey: "isExecuting")
+        work()
+        DispatchQueue.global().async { [self] in
+            willChangeValue(forKey: "isExecuting")
+            willChangeValue(forKey: "isFinished")
+            state.withLock { $0 = (false, true) }
+            didChangeValue(forKey: "isExecuting")
+            didChangeValue(forKey: "isFinished")
+        }
+    }
+}
+
+@Suite("A serial queue keeps Foundation's order for operations that finish later (regression: probe A3)")
+struct LateFinishOrderRegressionTests {
+    /// A drain loop kept the slot of an operation that finished inside it
+    /// while its isFinished observers ran; an operation that finished later
+    /// (from another thread) freed its slot first, so the next one could
+    /// start while the observers were still running.
+    @Test("the next operation starts only after the previous one's isFinished observers returned", arguments: LateFinish.allCases)
+    func nextStartsAfterObservers(kind: LateFinish) {
+        let queue = makeQueue("late-order", width: 1)
+        queue.isSuspended = true
+        let secondStarted = Gate()
+        let first = kind.make {}
+        let second = kind.make { secondStarted.open() }
+        let startedDuringObserver = Atomic<Int>(0)
+        let token = first.observe(\.isFinished, options: [.new]) { _, change in
+            guard change.newValue == true else { return }
+            // Not a library wait: the observer keeps the slot meanwhile.
+            startedDuringObserver.store(secondStarted.wait(timeout: .milliseconds(200)) ? 1 : 2, ordering: .sequentiallyConsistent)
+        }
+        queue.addOperations([first, second], waitUntilFinished: false)
+        queue.isSuspended = false
+        #expect(queue.waitUntilAllOperationsAreFinished(timeout: patience))
+        #expect(startedDuringObserver.load(ordering: .sequentiallyConsistent) == 2,
+                "\(kind): the next operation started while the previous one's isFinished observer ran")
+        expectQueueInvariants(queue)
+        token.invalidate()
+    }
+}
+
 // MARK: - Tails of async bodies
 
 /// The isFinished observers and completion blocks of operations with
