@@ -233,7 +233,15 @@ extension Operation {
                 news = .ready(owner.takeUnretainedValue())
             }
         }
-        if announce { notifyDidChange(["isReady"]) }
+        if announce {
+            notifyDidChange(["isReady"])
+        } else if becameReady, loadState().isObserved {
+            // Another dependency finished between the snapshot above and the
+            // lock, so the snapshot did not predict the change: announce it
+            // now, both halves after the fact, rather than not at all.
+            notifyWillChange(["isReady"])
+            notifyDidChange(["isReady"])
+        }
         if becameReady, case .none = news, overrides(.isReady) {
             // In no queue, nothing else asks: read the override now, as
             // Foundation does when an operation's last dependency finishes.

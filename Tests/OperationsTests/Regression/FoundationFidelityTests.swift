@@ -1,3 +1,4 @@
+import Synchronization
 // Regression tests for issue 10 ("Foundation fidelity"), in the project's own
 // words, against the Advanced-NSOperations-style fixture in
 // AdvancedOperationsFixture.swift. Tests that need API the old library lacks
@@ -364,3 +365,40 @@ struct OrderAtFinishTests {
         withExtendedLifetime(token) {}
     }
 }
+
+@Suite("isReady is announced once when the last two dependencies finish together (regression: probe G12)")
+struct ConcurrentLastDependenciesTests {
+    /// Each finishing dependency predicted, before taking the dependent's
+    /// lock, whether its finish would make the dependent ready (the count
+    /// it saw was 1). Two dependencies finishing at once both saw 2, both
+    /// predicted no change, and the dependent became ready unannounced.
+    @Test("an isReady observer of a fan-in is told exactly once, whatever the finishing order")
+    func lastTwoDependenciesFinishTogether() {
+        var misses = 0
+        for _ in 0..<400 {
+            let queue = OperationQueue()
+            let sink = BlockOperation {}
+            let arrived = Atomic<Int>(0)
+            let dependencies = (0..<2).map { _ in
+                BlockOperation {
+                    // Both bodies end at the same moment (bounded spin).
+                    arrived.add(1, ordering: .relaxed)
+                    let clock = ContinuousClock()
+                    let deadline = clock.now + .milliseconds(50)
+                    while arrived.load(ordering: .relaxed) < 2, clock.now < deadline {}
+                }
+            }
+            for dependency in dependencies { sink.addDependency(dependency) }
+            let toldTrue = Atomic<Int>(0)
+            let token = sink.observe(\.isReady, options: [.new]) { _, change in
+                if change.newValue == true { toldTrue.add(1, ordering: .relaxed) }
+            }
+            queue.addOperations(dependencies + [sink], waitUntilFinished: false)
+            #expect(queue.waitUntilAllOperationsAreFinished(timeout: patience))
+            if toldTrue.load(ordering: .relaxed) != 1 { misses += 1 }
+            token.invalidate()
+        }
+        #expect(misses == 0, "\(misses) of 400 fan-ins were not announced ready exactly once")
+    }
+}
+
