@@ -94,6 +94,38 @@ struct TraceExportTests {
         // names are right trivially.
     }
 
+    @Test("an operation the recording never saw introduced takes no other operation's description (regression: CI)")
+    func undescribedOperationAtAReusedAddress() {
+        // Three operations at one address: `one` (described), an operation
+        // added before the recording began (started and finished during it,
+        // never described), then `three` (described). The recorder used to
+        // hand descriptions out in order, so the undescribed one took
+        // `three`'s, and `three` took it again: two records named `three`.
+        let address: UInt = 0x1000
+        func event(_ kind: TraceRecorder.RawEvent.Kind, _ time: UInt64) -> TraceRecorder.RawEvent {
+            TraceRecorder.RawEvent(time: time, kind: kind, operation: address, queue: 0, thread: 1)
+        }
+        func info(_ name: String, _ time: UInt64) -> TraceRecorder.OperationInfo {
+            TraceRecorder.OperationInfo(name: name, type: BlockOperation.self, time: time, priority: .normal, qualityOfService: .default, dependencies: [])
+        }
+        let raw = [
+            event(.added, 110), event(.ready, 110), event(.started, 111), event(.finished, 112),
+            event(.started, 120), event(.finished, 121),
+            event(.added, 130), event(.ready, 130), event(.started, 131), event(.finished, 132),
+        ]
+        let trace = OperationTrace(
+            raw: raw.reversed(),
+            infos: [address: [info("one", 110), info("three", 130)]],
+            queueNames: [:],
+            threadNames: [:],
+            startTime: 100,
+            endTime: 200
+        )
+        #expect(trace.operations.map(\.name) == ["one", nil, "three"])
+        #expect(trace.operations.map(\.started) == [11, 20, 31])
+        #expect(trace.operations[2].ready == 30, "an operation's ready, recorded at its add's time, belongs to it")
+    }
+
     @Test("Chrome trace-event JSON: one slice per operation, flows along every edge, worker tracks, counters")
     func chromeJSON() throws {
         let trace = recordDiamond(prefix: "json")

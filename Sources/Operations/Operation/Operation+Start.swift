@@ -36,8 +36,9 @@ extension Operation {
         let queueCall = loadState().isQueueStart
         if !queueCall { captureContextIfNeeded() }
         if !queueCall, TraceRecorder.isActive {
-            TraceRecorder.shared.describe(self, queue: nil)
-            TraceRecorder.shared.record(.started, self, queue: nil)
+            let time = monotonicNanoseconds()
+            TraceRecorder.shared.describe(self, queue: nil, at: time)
+            TraceRecorder.shared.record(.started, self, queue: nil, at: time)
         }
         if !queueCall, OperationInstrumentation.isActive { OperationInstrumentation.emit(.started, self, queue: nil) }
         performBaseStart(queueCall: queueCall)?.run()

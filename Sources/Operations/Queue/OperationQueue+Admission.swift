@@ -159,7 +159,7 @@ extension OperationQueue {
             for (operation, time, ready) in traced {
                 TraceRecorder.shared.record(.added, operation, queue: self, at: time)
                 if ready { TraceRecorder.shared.record(.ready, operation, queue: self, at: time) }
-                TraceRecorder.shared.describe(operation, queue: self)
+                TraceRecorder.shared.describe(operation, queue: self, at: time)
             }
         }
         if let addedAt {

@@ -129,7 +129,9 @@ public struct OperationTrace: Sendable {
         startTime: UInt64,
         endTime: UInt64
     ) {
-        let events = raw.sorted { $0.time < $1.time }
+        // By time; events of one instant in lifecycle order (an operation's
+        // `added` before its `ready`, recorded with the same time).
+        let events = raw.sorted { ($0.time, $0.kind.rawValue) < ($1.time, $1.kind.rawValue) }
         var builder = Builder(startTime: startTime)
         for event in events { builder.apply(event, infos: infos, queueNames: queueNames, threadNames: threadNames) }
         operations = builder.finishedRecords()
@@ -140,13 +142,15 @@ public struct OperationTrace: Sendable {
     }
 
     /// Folds raw events into records. An address seen again after its
-    /// operation finished is a new operation (memory is reused).
+    /// operation finished is a new operation (memory is reused). A record
+    /// takes the description made at the time of one of its events (the
+    /// event that introduced the operation): an operation added before the
+    /// recording began, whose address may be one a described operation used
+    /// before, gets none rather than someone else's.
     private struct Builder {
         let startTime: UInt64
         var drafts: [Draft] = []
         var current: [UInt: Int] = [:]
-        /// Per address, how many descriptions new drafts have taken.
-        var infoCursor: [UInt: Int] = [:]
         var queueIndex: [UInt: Int] = [:]
         var queues: [QueueRecord] = []
         var workerIndex: [Int32: Int] = [:]
@@ -178,17 +182,20 @@ public struct OperationTrace: Sendable {
                 return
             }
             var index = current[event.operation]
-            if index == nil || (event.kind == .added && drafts[index!].finished != nil) {
-                // Operations that reused an address were described in the
-                // order they were added: each new one takes the next description.
-                let described = infos[event.operation] ?? []
-                let taken = infoCursor[event.operation, default: 0]
-                infoCursor[event.operation] = taken + 1
-                drafts.append(Draft(address: event.operation, info: taken < described.count ? described[taken] : described.last))
+            // Nothing is recorded for an operation after it finished: an
+            // event at the address of a finished one belongs to a new one.
+            if index == nil || drafts[index!].finished != nil {
+                drafts.append(Draft(address: event.operation, info: nil))
                 index = drafts.count - 1
                 current[event.operation] = index
             }
             let slot = index!
+            if drafts[slot].info == nil {
+                // The description made at this event's time, if this is the
+                // event that introduced the operation (an operation cancelled
+                // before it was added is introduced by its later `added`).
+                drafts[slot].info = infos[event.operation]?.first { $0.time == event.time }
+            }
             if drafts[slot].queue == nil { drafts[slot].queue = queue }
             switch event.kind {
             case .added: drafts[slot].added = drafts[slot].added ?? time

@@ -51,8 +51,10 @@ final class TraceRecorder: @unchecked Sendable {
         /// (`typeName`), once per class, off the recording threads.
         var type: Operation.Type
         var typeName = ""
-        /// When it was described (monotonic nanoseconds): orders the
-        /// descriptions of operations that reused one address.
+        /// The time of the event that introduced the operation (its
+        /// `added`, or a start by hand): how the trace tells apart the
+        /// operations that reused one address, and leaves out those it never
+        /// saw introduced (added before the recording began).
         var time: UInt64 = 0
         var priority: Operation.QueuePriority
         var qualityOfService: QualityOfService
@@ -199,12 +201,12 @@ final class TraceRecorder: @unchecked Sendable {
     /// Records what is known about `operation` (its name, type, priority,
     /// dependencies) and its queue's name. The caller holds no library lock:
     /// the names are read through their (possibly overridden) getters.
-    func describe(_ operation: Operation, queue: OperationQueue?) {
+    func describe(_ operation: Operation, queue: OperationQueue?, at time: UInt64) {
         let dependencies = operation.withStateLock { _ in operation.storedDependencies }
         let info = OperationInfo(
             name: operation.name,
             type: type(of: operation),
-            time: monotonicNanoseconds(),
+            time: time,
             priority: operation.queuePriority,
             qualityOfService: operation.qualityOfService,
             dependencies: dependencies.isEmpty ? [] : dependencies.array.map { UInt(bitPattern: ObjectIdentifier($0)) }
