@@ -192,8 +192,12 @@ struct LateFinishOrderRegressionTests {
     /// while its isFinished observers ran; an operation that finished later
     /// (from another thread) freed its slot first, so the next one could
     /// start while the observers were still running.
+    ///
+    /// The test is `async` and awaits the queue: a suspended `async` body
+    /// resumes on Swift's cooperative pool, which a blocking wait from a
+    /// test (run on that pool, next to other tests) would starve.
     @Test("the next operation starts only after the previous one's isFinished observers returned", arguments: LateFinish.allCases)
-    func nextStartsAfterObservers(kind: LateFinish) {
+    func nextStartsAfterObservers(kind: LateFinish) async throws {
         let queue = makeQueue("late-order", width: 1)
         queue.isSuspended = true
         let secondStarted = Gate()
@@ -207,7 +211,7 @@ struct LateFinishOrderRegressionTests {
         }
         queue.addOperations([first, second], waitUntilFinished: false)
         queue.isSuspended = false
-        #expect(queue.waitUntilAllOperationsAreFinished(timeout: patience))
+        try await withTimeLimit { await queue.drained() }
         #expect(startedDuringObserver.load(ordering: .sequentiallyConsistent) == 2,
                 "\(kind): the next operation started while the previous one's isFinished observer ran")
         expectQueueInvariants(queue)
