@@ -88,7 +88,7 @@ public struct OperationMisuse: Error, Sendable, CustomStringConvertible {
     /// Receives misuses. If it returns, the offending call is refused.
     public typealias Handler = @Sendable (OperationMisuse) -> Void
 
-    private static let globalHandler = LockedValue<Handler?>(nil)
+    private static let globalHandler = HandlerSlot()
     @TaskLocal private static var scopedHandler: Handler?
 
     /// The process-wide handler, or nil to trap (the default).
@@ -96,13 +96,10 @@ public struct OperationMisuse: Error, Sendable, CustomStringConvertible {
     /// Setting it affects every thread; prefer ``withHandler(_:_:)`` where
     /// the misuse happens on the calling thread or task.
     public static var handler: Handler? {
-        get { globalHandler.withLock { $0 } }
+        get { globalHandler.current }
         set {
             // The replaced handler may capture user values: released after unlocking.
-            let replaced = globalHandler.withLock { current -> Handler? in
-                defer { current = newValue }
-                return current
-            }
+            let replaced = globalHandler.replace(with: newValue)
             withExtendedLifetime(replaced) {}
         }
     }
@@ -181,11 +178,40 @@ public struct OperationMisuse: Error, Sendable, CustomStringConvertible {
             message: "Operations misuse [\(code.rawValue)]: \(text) \(detail)"
         )
         OperationReporting.deliver(OperationReport(kind: .misuse(code), message: misuse.message, subject: subject, cycle: cycle))
-        if let handler = scopedHandler ?? globalHandler.withLock({ $0 }) {
+        if let handler = scopedHandler ?? globalHandler.current {
             handler(misuse)
             return misuse
         }
         fatalError(misuse.message)
+    }
+}
+
+/// The process-wide misuse handler, under a lock, in a slot of its concrete
+/// type. Not `LockedValue<Handler?>`: passing a function-typed value
+/// `inout` through a generic function reabstracts it on the way in and
+/// again on the way back, so every read through `withLock { $0 }` wrapped
+/// the stored closure in two more thunks, until a call to it overflowed the
+/// stack (about 50,000 reports).
+private final class HandlerSlot: @unchecked Sendable {
+    // @unchecked Sendable: `handler` is read and written only while `lock`
+    // is held.
+    private let lock = PlatformLock()
+    private var handler: OperationMisuse.Handler?
+
+    var current: OperationMisuse.Handler? {
+        lock.lock()
+        defer { lock.unlock() }
+        return handler
+    }
+
+    /// Installs `newHandler`; returns the one it replaced, for the caller to
+    /// release after the lock.
+    func replace(with newHandler: OperationMisuse.Handler?) -> OperationMisuse.Handler? {
+        lock.lock()
+        defer { lock.unlock() }
+        let replaced = handler
+        handler = newHandler
+        return replaced
     }
 }
 

@@ -356,3 +356,36 @@ struct ValidInputRegressionTests {
         }
     }
 }
+
+// MARK: - The process-wide misuse handler does not grow with each report
+
+/// Reports 2,000 misuses through the process-wide handler and measures how
+/// deep the stack is inside the handler at the first and the last report.
+/// The handler was stored through a generic `inout` round trip that wrapped
+/// it in two more reabstraction thunks at every read, so each report called
+/// it about 160 bytes deeper, until one overflowed the stack (probe D2:
+/// about 50,000 reports). Exits 0 if the depth did not grow.
+func scenarioMisuseHandlerDepthIsStable() {
+    let depths = LockedValue<[UInt]>([])
+    OperationMisuse.handler = { _ in
+        var marker = 0
+        let address = withUnsafeMutablePointer(to: &marker) { UInt(bitPattern: $0) }
+        depths.withLock { $0.append(address) }
+    }
+    let finished = BlockOperation {}
+    finished.start()
+    for _ in 0..<2_000 { finished.addExecutionBlock {} }
+    OperationMisuse.handler = nil
+    let recorded = depths.withLock { $0 }
+    guard recorded.count == 2_000, let first = recorded.first, let last = recorded.last else { exit(2) }
+    // The stack grows down: a deeper call has a lower address.
+    exit(first >= last && first - last > 4_096 ? 1 : 0)
+}
+
+@Suite("The process-wide misuse handler is called at a constant depth (regression: probe D2)")
+struct MisuseHandlerDepthRegressionTests {
+    @Test("2,000 reports through the process-wide handler do not deepen its calls")
+    func handlerDepthIsStable() async {
+        await #expect(processExitsWith: .success) { scenarioMisuseHandlerDepthIsStable() }
+    }
+}
