@@ -40,6 +40,9 @@ extension Operation {
             notifyWillChange(keys)
         }
         var unready = ReadinessLoss()
+        // Whether this edge made a ready operation not ready (read under
+        // the lock, whatever the snapshot above predicted).
+        var lostReadiness = false
         if dependency === self {
             // A self-dependency can never finish first: it counts until the
             // operation is cancelled, as in Foundation. It is not in its own
@@ -51,8 +54,14 @@ extension Operation {
                 let wasReady = state.isBaseReady
                 if state.addUnfinishedDependency() {
                     state.hasSelfDependency = true
-                    if wasReady { unready.record(state, of: self) }
+                    if wasReady {
+                        lostReadiness = !state.isBaseReady
+                        unready.record(state, of: self)
+                    }
                 }
+            }
+            if lostReadiness, !keys.contains("isReady"), loadState().isObserved {
+                announceReadinessChangedLate()
             }
             if !keys.isEmpty { notifyDidChange(keys.reversed()) }
             unready.report(for: self)
@@ -76,12 +85,29 @@ extension Operation {
             let wasReady = state.isBaseReady
             if !dependencyState.isFinished, state.addUnfinishedDependency() {
                 dependency.storedDependents.append(self)
-                if wasReady { unready.record(state, of: self) }
+                if wasReady {
+                    lostReadiness = !state.isBaseReady
+                    unready.record(state, of: self)
+                }
             }
         }
         if checksCycles { DependencyGraph.checkedEdits.unlock() }
+        if lostReadiness, !keys.contains("isReady"), loadState().isObserved {
+            // The snapshot above saw the operation not ready (a dependency
+            // finished in between): announce the change rather than not at all.
+            announceReadinessChangedLate()
+        }
         if !keys.isEmpty { notifyDidChange(keys.reversed()) }
         unready.report(for: self)
+    }
+
+    /// Announces an `isReady` change that the snapshot taken before an edit
+    /// or a dependency's finish did not predict (another thread changed the
+    /// count in between): both halves after the fact (before the pending
+    /// `dependencies` did-change, if any, so that it stays nested).
+    final func announceReadinessChangedLate() {
+        notifyWillChange(["isReady"])
+        notifyDidChange(["isReady"])
     }
 
     /// Reports the dependency that would close `cycle` (the edge was not
@@ -163,6 +189,11 @@ extension Operation {
                 detach(&state, counted: dependency.storedDependents.remove(self))
             }
         }
+        if becameReady, !keys.contains("isReady"), loadState().isObserved {
+            // The snapshot above did not predict it (another edit or finish
+            // ran in between): announce it now rather than not at all.
+            announceReadinessChangedLate()
+        }
         if !keys.isEmpty { notifyDidChange(keys.reversed()) }
         withExtendedLifetime(removed) {}
         // An `isReady` override is reported by the queue, when it re-reads it.
@@ -238,9 +269,8 @@ extension Operation {
         } else if becameReady, loadState().isObserved {
             // Another dependency finished between the snapshot above and the
             // lock, so the snapshot did not predict the change: announce it
-            // now, both halves after the fact, rather than not at all.
-            notifyWillChange(["isReady"])
-            notifyDidChange(["isReady"])
+            // now rather than not at all.
+            announceReadinessChangedLate()
         }
         if becameReady, case .none = news, overrides(.isReady) {
             // In no queue, nothing else asks: read the override now, as

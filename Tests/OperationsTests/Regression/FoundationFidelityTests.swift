@@ -402,3 +402,56 @@ struct ConcurrentLastDependenciesTests {
     }
 }
 
+@Suite("isReady is announced when an edit races a dependency's finish (regression: probe D1)")
+struct EditRacesFinishTests {
+    enum Edit: String, CaseIterable, Sendable { case remove, add }
+
+    /// The operation depends on `running` (finishing now) and, for
+    /// `remove`, on `idle`, which another thread removes at the same moment;
+    /// for `add`, another thread adds `idle` at the same moment. Each side
+    /// predicted the change from a snapshot taken before the lock, and
+    /// neither announced it.
+    @Test("an isReady observer is told of every change when an edit races the last dependency's finish", arguments: Edit.allCases)
+    func editRacesFinish(edit: Edit) {
+        var misses = 0
+        for _ in 0..<400 {
+            let queue = OperationQueue()
+            let arrived = Atomic<Int>(0)
+            @Sendable func rendezvous() {
+                arrived.add(1, ordering: .relaxed)
+                let clock = ContinuousClock()
+                let deadline = clock.now + .milliseconds(50)
+                while arrived.load(ordering: .relaxed) < 2, clock.now < deadline {}
+            }
+            let running = BlockOperation { rendezvous() }
+            let idle = BlockOperation {}
+            let dependent = BlockOperation {}
+            dependent.addDependency(running)
+            if edit == .remove { dependent.addDependency(idle) }
+            let told = LockedValue<[Bool]>([])
+            let token = dependent.observe(\.isReady, options: [.new]) { _, change in
+                if let value = change.newValue { told.withLock { $0.append(value) } }
+            }
+            let editor = DispatchQueue.global()
+            let edited = DispatchSemaphore(value: 0)
+            editor.async {
+                rendezvous()
+                if edit == .remove { dependent.removeDependency(idle) } else { dependent.addDependency(idle) }
+                edited.signal()
+            }
+            queue.addOperation(running)
+            #expect(edited.wait(timeout: .now() + .seconds(10)) == .success)
+            #expect(queue.waitUntilAllOperationsAreFinished(timeout: patience))
+            // Whatever the order, the last value the observer was told is
+            // the operation's readiness now (remove: ready, so told at
+            // least once; add: not ready, told so if it had become ready).
+            let values = told.withLock { $0 }
+            let finalReady = dependent.isReady
+            #expect(finalReady == (edit == .remove))
+            if edit == .remove ? values.last != true : (values.last ?? false) != finalReady { misses += 1 }
+            token.invalidate()
+        }
+        #expect(misses == 0, "\(misses) of 400 races changed isReady without telling its observer")
+    }
+}
+
