@@ -146,6 +146,29 @@ struct BlockOperationTests {
         #expect(empty.executionBlocks.count == 1)
     }
 
+    @Test("a block's captures are released once it has run, even while helper jobs are still queued (regression: probe D5)")
+    func blocksReleasedWhenRun() {
+        // Many blocks: the starting thread claims most of them itself and
+        // returns while most of the helper jobs (one per extra block) are
+        // still waiting for a worker. They used to hold every block until
+        // the last of them ran.
+        for _ in 0..<20 {
+            let tracker = LifetimeTracker()
+            let op = BlockOperation()
+            do {
+                for index in 0..<200 {
+                    let captured = tracker.track(Tracked("capture \(index)"))
+                    op.addExecutionBlock { _ = captured }
+                }
+            }
+            op.start()
+            #expect(op.isFinished)
+            let alive = tracker.alive
+            #expect(alive.count == 0, "\(alive.count) captures still alive right after start() returned")
+            if !alive.isEmpty { break }
+        }
+    }
+
     @Test("executionBlocks lists the blocks in order and is emptied once they ran")
     func executionBlocksEmptied() {
         let tracker = LifetimeTracker()

@@ -109,8 +109,17 @@ enum BlockList {
 /// Runs blocks concurrently: the calling thread and pool helpers claim
 /// blocks by index until none are left; the caller then waits only for
 /// blocks already running elsewhere.
-final class ConcurrentBlocks: Sendable {
-    private let blocks: [@Sendable () -> Void]
+///
+/// Each block is moved out of its slot by the thread that claims it and
+/// released once it has run, so that a block's captures do not outlive the
+/// operation while helper jobs that found nothing left to claim are still
+/// queued (they hold this object, not the blocks).
+final class ConcurrentBlocks: @unchecked Sendable {
+    // @unchecked Sendable: slot `i` of `slots` is read (moved out) only by
+    // the one thread whose `nextIndex` claim returned `i`; the counters are
+    // atomic; the other fields are immutable.
+    private let slots: UnsafeMutablePointer<(@Sendable () -> Void)?>
+    private let count: Int
     private let nextIndex = Atomic<Int>(0)
     private let unfinished: Atomic<Int>
     private let done = WaitSignal()
@@ -120,10 +129,20 @@ final class ConcurrentBlocks: Sendable {
     private let queue: Unmanaged<OperationQueue>?
 
     init(_ blocks: [@Sendable () -> Void], operation: Operation) {
-        self.blocks = blocks
+        count = blocks.count
+        slots = .allocate(capacity: blocks.count)
+        for (index, block) in blocks.enumerated() { (slots + index).initialize(to: block) }
         self.unfinished = Atomic(blocks.count)
         self.operation = operation
         self.queue = ThreadContext.current.queueReference
+    }
+
+    deinit {
+        // Every slot was claimed (and moved out) before `run()` returned;
+        // any left are released here.
+        let claimed = min(nextIndex.load(ordering: .acquiring), count)
+        (slots + claimed).deinitialize(count: count - claimed)
+        slots.deallocate()
     }
 
     func run() {
@@ -131,7 +150,7 @@ final class ConcurrentBlocks: Sendable {
         // to a concurrent queue: if blocks block (or wait for each other),
         // the pool grows and runs the rest. A helper that finds no block left
         // returns at once.
-        let helpers = blocks.count - 1
+        let helpers = count - 1
         for _ in 0..<helpers {
             WorkerPool.shared.submit(ClosureJob { [self] in self.helpOnPoolThread() }, qos: operation.loadState().qosIndex)
         }
@@ -151,9 +170,10 @@ final class ConcurrentBlocks: Sendable {
 
     private func runClaimedBlocks() {
         while true {
-            let index = nextIndex.add(1, ordering: .relaxed).oldValue
-            guard index < blocks.count else { return }
-            blocks[index]()
+            let index = nextIndex.add(1, ordering: .acquiringAndReleasing).oldValue
+            guard index < count else { return }
+            // Moved out: released when this iteration ends, after it ran.
+            if let block = (slots + index).move() { block() }
             if unfinished.subtract(1, ordering: .acquiringAndReleasing).newValue == 0 {
                 done.signal()
             }
