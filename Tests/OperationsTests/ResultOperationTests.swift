@@ -194,4 +194,30 @@ struct ResultOperationSubclassTests {
         await queue.addOperation(flagged)
         #expect(try await withTimeLimit { try await flagged.value })
     }
+
+    @Test("a ResultOperation whose body never ran lets go of its inputs when it finishes (regression: probe D4)", arguments: [false, true])
+    func cancelledDependentLetsGoOfInputs(byPolicy: Bool) {
+        let tracker = LifetimeTracker()
+        let queue = OperationQueue()
+        var dependent: ResultOperation<Int, Never>?
+        do {
+            let input = tracker.track(ResultOperation<Int, Never> { 1 }, "input")
+            let made = ResultOperation(after: input) { (value: Int) -> Int in value }
+            // Cancelled by hand, or by its failure policy (the input cancelled).
+            if byPolicy { input.cancel() } else { made.cancel() }
+            queue.addOperations([input, made], waitUntilFinished: true)
+            dependent = made
+        }
+        #expect(dependent?.isFinished == true)
+        #expect(dependent?.dependencies.isEmpty == true, "the finished operation still lists its input")
+        if byPolicy {
+            // The failure policy's reason names the input (`dependencyErrors`),
+            // which keeps it, as documented.
+            #expect(dependent?.dependencyErrors.count == 1)
+        } else {
+            #expect(tracker.waitForRelease().isEmpty, "the input outlived its finished dependent's use of it")
+        }
+        withExtendedLifetime(dependent) {}
+    }
 }
+

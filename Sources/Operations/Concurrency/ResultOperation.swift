@@ -349,6 +349,15 @@ open class ResultOperation<Success: Sendable, Failure: Error>: Operation, @unche
         withExtendedLifetime(operations) {}
     }
 
+    /// The body never ran (the operation was cancelled, by hand or by its
+    /// failure policy): its inputs are let go of when it finishes, as after
+    /// a body that ran (`complete(with:inputs:)`).
+    override func takeInputsOnFinishLocked() -> OperationList {
+        let taken = inputs.take()
+        taken.forEach { storedDependencies.remove($0) }
+        return taken
+    }
+
     override func takeBodyCancellationLocked() -> AsyncBodyCancellation? {
         defer { bodyCancellation = nil }
         return bodyCancellation

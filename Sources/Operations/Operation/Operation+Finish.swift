@@ -62,6 +62,7 @@ extension Operation {
         // operation finished; they may capture user values, so they are
         // released outside the lock (`discarded`).
         var discarded: [@Sendable () -> Void] = []
+        var droppedInputs = OperationList.empty
         let plan = withStateLock { state -> FinishPlan? in
             if endingBody { _ = state.finishBody() }
             guard state.beginFinishing() else { return nil }
@@ -76,6 +77,9 @@ extension Operation {
             let registered = state.unfinishedDependencies > 0 ? storedDependencies : .empty
             let dependsOnItself = state.hasSelfDependency
             state.clearDependencies()
+            // Taken after `registered`, which still holds them while this
+            // operation leaves their dependents lists.
+            droppedInputs = takeInputsOnFinishLocked()
             var completion: (@Sendable () -> Void)?
             if let extras {
                 completion = extras.completionBlock
@@ -99,6 +103,7 @@ extension Operation {
             return plan
         }
         withExtendedLifetime(discarded) {}
+        withExtendedLifetime(droppedInputs) {}
         if plan != nil, TraceRecorder.isActive { TraceRecorder.shared.record(.finished, self, queue: nil) }
         return plan
     }

@@ -346,6 +346,13 @@ open class Operation: @unchecked Sendable {
         return .finished
     }
 
+    /// Operations a subclass holds as inputs that it lets go of when it
+    /// finishes (`ResultOperation`'s, when its body never ran): removed from
+    /// `dependencies` and returned, for the caller to release after
+    /// unlocking. Called with the lock bit held, from `beginFinish`; the
+    /// library's own override only moves stored references.
+    func takeInputsOnFinishLocked() -> OperationList { .empty }
+
     /// The bridge to a running `async` body's task, taken (once) to cancel
     /// it: `ResultOperation` keeps it in a field of its own rather than as a
     /// cancellation handler, so that an `async` body costs no extras box,
