@@ -106,22 +106,34 @@ struct BlockingObserverRegressionTests {
     func serialQueueKeepsFoundationOrder() {
         let queue = makeQueue("order", width: 1)
         queue.isSuspended = true
-        let secondStarted = Gate()
+        let probe = ObserverOverlapProbe()
         let first = BlockOperation {}
-        let second = BlockOperation { secondStarted.open() }
-        let startedDuringObserver = Atomic<Int>(0)
-        let token = first.observe(\.isFinished, options: [.new]) { _, change in
-            guard change.newValue == true else { return }
-            // Not a library wait: the observer keeps the slot meanwhile.
-            startedDuringObserver.store(secondStarted.wait(timeout: .milliseconds(200)) ? 1 : 2, ordering: .sequentiallyConsistent)
-        }
+        let second = BlockOperation { probe.secondStarted.open() }
+        let token = probe.observe(first)
         queue.addOperations([first, second], waitUntilFinished: false)
         queue.isSuspended = false
         #expect(queue.waitUntilAllOperationsAreFinished(timeout: patience))
-        #expect(startedDuringObserver.load(ordering: .sequentiallyConsistent) == 2,
+        #expect(probe.result.load(ordering: .sequentiallyConsistent) == 2,
                 "the next operation started while the previous one's isFinished observer ran")
         expectQueueInvariants(queue)
         token.invalidate()
+    }
+}
+
+/// Whether a serial queue's next operation starts while the previous one's
+/// isFinished observer runs: the observer waits up to 200 ms for
+/// `secondStarted` (which the next operation opens) and stores 1 in
+/// `result` if it opened, 2 if not. Not a library wait: the observer keeps
+/// the slot meanwhile.
+final class ObserverOverlapProbe: Sendable {
+    let secondStarted = Gate()
+    let result = Atomic<Int>(0)
+
+    func observe(_ first: Operation) -> KeyValueObservation {
+        first.observe(\.isFinished, options: [.new]) { [self] _, change in
+            guard change.newValue == true else { return }
+            result.store(secondStarted.wait(timeout: .milliseconds(200)) ? 1 : 2, ordering: .sequentiallyConsistent)
+        }
     }
 }
 
@@ -200,19 +212,14 @@ struct LateFinishOrderRegressionTests {
     func nextStartsAfterObservers(kind: LateFinish) async throws {
         let queue = makeQueue("late-order", width: 1)
         queue.isSuspended = true
-        let secondStarted = Gate()
+        let probe = ObserverOverlapProbe()
         let first = kind.make {}
-        let second = kind.make { secondStarted.open() }
-        let startedDuringObserver = Atomic<Int>(0)
-        let token = first.observe(\.isFinished, options: [.new]) { _, change in
-            guard change.newValue == true else { return }
-            // Not a library wait: the observer keeps the slot meanwhile.
-            startedDuringObserver.store(secondStarted.wait(timeout: .milliseconds(200)) ? 1 : 2, ordering: .sequentiallyConsistent)
-        }
+        let second = kind.make { probe.secondStarted.open() }
+        let token = probe.observe(first)
         queue.addOperations([first, second], waitUntilFinished: false)
         queue.isSuspended = false
         try await withTimeLimit { await queue.drained() }
-        #expect(startedDuringObserver.load(ordering: .sequentiallyConsistent) == 2,
+        #expect(probe.result.load(ordering: .sequentiallyConsistent) == 2,
                 "\(kind): the next operation started while the previous one's isFinished observer ran")
         expectQueueInvariants(queue)
         token.invalidate()
