@@ -205,7 +205,8 @@ struct ResultOperationSubclassTests {
             let made = ResultOperation(after: input) { (value: Int) -> Int in value }
             // Cancelled by hand, or by its failure policy (the input cancelled).
             if byPolicy { input.cancel() } else { made.cancel() }
-            queue.addOperations([input, made], waitUntilFinished: true)
+            queue.addOperations([input, made], waitUntilFinished: false)
+            #expect(queue.waitUntilAllOperationsAreFinished(timeout: patience))
             dependent = made
         }
         #expect(dependent?.isFinished == true)
