@@ -31,7 +31,8 @@ struct ResultOperationTests {
         let sentence = ResultOperation(after: number, word) { count, noun in "\(count + 1) \(noun)" }
         #expect(sentence.dependencies.count == 2)
         let queue = OperationQueue()
-        queue.addOperations([sentence, word, number], waitUntilFinished: true)
+        queue.addOperations([sentence, word, number], waitUntilFinished: false)
+        try await withTimeLimit { await queue.drained() }
         #expect(sentence.result?.get() == "21 apples")
         let value = try await withTimeLimit { try await sentence.value }
         #expect(value == "21 apples")
@@ -57,7 +58,8 @@ struct ResultOperationTests {
         }
         let report = ResultOperation(after: double) { (value: Int) in "\(value)" }
         let queue = OperationQueue()
-        queue.addOperations([report, double, parse], waitUntilFinished: true)
+        queue.addOperations([report, double, parse], waitUntilFinished: false)
+        try await withTimeLimit { await queue.drained() }
         #expect(!ran.withLock { $0 })
         #expect(double.isCancelled)
         #expect(report.isCancelled)
@@ -84,7 +86,8 @@ struct ResultOperationTests {
         dependent.addDependency(failing)
         dependent.addDependency(cancelled)
         let queue = OperationQueue()
-        queue.addOperations([dependent, failing, cancelled], waitUntilFinished: true)
+        queue.addOperations([dependent, failing, cancelled], waitUntilFinished: false)
+        #expect(queue.waitUntilAllOperationsAreFinished(timeout: patience))
         #expect(ran.withLock { $0 })
         #expect(!dependent.isCancelled)
         #expect(dependent.dependencyErrors.isEmpty)
@@ -101,7 +104,8 @@ struct ResultOperationTests {
         strict.dependencyFailurePolicy = .cancelIfAnyFailedOrCancelled
         strict.addDependency(cancelled)
         let queue = OperationQueue()
-        queue.addOperations([tolerant, strict, cancelled], waitUntilFinished: true)
+        queue.addOperations([tolerant, strict, cancelled], waitUntilFinished: false)
+        #expect(queue.waitUntilAllOperationsAreFinished(timeout: patience))
         #expect(!tolerant.isCancelled)
         #expect(strict.isCancelled)
         guard case .cancelled? = strict.dependencyErrors.first?.reason else {
@@ -133,7 +137,8 @@ struct ResultOperationTests {
             weakInput = input
             consumer = ResultOperation(after: input) { (payload: Payload) in payload.value }
             let queue = OperationQueue()
-            queue.addOperations([consumer, input], waitUntilFinished: true)
+            queue.addOperations([consumer, input], waitUntilFinished: false)
+            try await withTimeLimit { await queue.drained() }
             weakPayload = input.result?.get()
             #expect(weakPayload != nil)
         }
@@ -155,7 +160,9 @@ struct ResultOperationTests {
             second.completionBlock = { _ = second.result }
             weakFirst = first
             weakSecond = second
-            OperationQueue().addOperations([first, second], waitUntilFinished: true)
+            let queue = OperationQueue()
+            queue.addOperations([first, second], waitUntilFinished: false)
+            #expect(queue.waitUntilAllOperationsAreFinished(timeout: patience))
         }
         #expect(weakFirst == nil)
         #expect(weakSecond == nil)

@@ -34,7 +34,8 @@ struct TraceExportTests {
         sink.addDependency(right)
         #expect(OperationTracing.start(), "another recording is in progress")
         dropped.cancel()
-        queue.addOperations([sink, right, left, root, dropped], waitUntilFinished: true)
+        queue.addOperations([sink, right, left, root, dropped], waitUntilFinished: false)
+        #expect(queue.waitUntilAllOperationsAreFinished(timeout: patience))
         return OperationTracing.stop()
     }
 
@@ -189,7 +190,8 @@ struct TraceExportTests {
         let queue = makeQueue("unrecorded")
         let op = BlockOperation {}
         op.name = "unrecorded-op"
-        queue.addOperations([op], waitUntilFinished: true)
+        queue.addOperations([op], waitUntilFinished: false)
+        #expect(queue.waitUntilAllOperationsAreFinished(timeout: patience))
         #expect(OperationTracing.start())
         let trace = OperationTracing.stop()
         #expect(!trace.operations.contains { $0.name == "unrecorded-op" })
