@@ -288,15 +288,20 @@ extension OperationQueue {
     /// or nil. O(n); meant for tests and stress runs (the stress engine calls
     /// it after every step), not for production paths.
     public func _checkInvariants() -> String? {
-        lock.withLock { () -> String? in
-            if let problem = state.checkInvariants() { return "\(misuseSubject): \(problem)" }
+        // The message names the queue or operation after the lock is
+        // released: reading a name takes the queue's lock (and an
+        // operation's `name` may be overridden).
+        let found = lock.withLock { () -> (Operation?, String)? in
+            if let problem = state.checkInvariants() { return (nil, problem) }
             for operation in state.operations {
-                if let problem = operation.loadState().checkInvariants() { return "\(operation.misuseSubject): \(problem)" }
-                if operation.loadState().isRetired { return "\(operation.misuseSubject) is retired but still linked" }
+                if let problem = operation.loadState().checkInvariants() { return (operation, problem) }
+                if operation.loadState().isRetired { return (operation, "is retired but still linked") }
             }
-            if state.isIdle, retainedSelf != nil { return "\(misuseSubject) is idle but retains itself" }
-            if !state.isIdle, retainedSelf == nil { return "\(misuseSubject) holds work but does not retain itself" }
+            if state.isIdle, retainedSelf != nil { return (nil, "is idle but retains itself") }
+            if !state.isIdle, retainedSelf == nil { return (nil, "holds work but does not retain itself") }
             return nil
         }
+        guard let (operation, problem) = found else { return nil }
+        return "\(operation?.misuseSubject ?? misuseSubject): \(problem)"
     }
 }

@@ -15,9 +15,12 @@ struct QueueLink {
     /// Neighbours in the add-order list.
     var next: Unmanaged<Operation>?
     var previous: Unmanaged<Operation>?
-    /// Neighbours in the ready lane or barrier-held list holding the operation.
-    var laneNext: Unmanaged<Operation>?
-    var lanePrevious: Unmanaged<Operation>?
+    /// The place in the ready lane or barrier-held list holding the
+    /// operation, two words: its neighbours in a lane's in-order list or a
+    /// held list (`laneNext`, `lanePrevious`), or its position in a lane's
+    /// late heap (`heapIndex`, with `Flags.inLateHeap`; see `ReadyLane`).
+    private var laneWord: UInt = 0
+    private var laneOtherWord: UInt = 0
     /// Which list holds the operation for dispatch: `noLane`, a ready lane
     /// (`QueueState.cancelledLane` or a priority lane), or `heldLane` (ready
     /// but waiting behind a barrier).
@@ -31,6 +34,49 @@ struct QueueLink {
     /// readiness is user code (an `isReady` or `isCancelled` override), so
     /// that only the newest evaluation is applied.
     var readinessEpoch: UInt32 = 0
+    /// The operation's place in the order operations were added to the
+    /// queue (wrapping; compared with `ReadyLane.precedes`). Ready
+    /// operations of equal priority start in this order, as in Foundation.
+    var sequence: UInt32 = 0
+
+    init() {}
+
+    init(previous: Unmanaged<Operation>?, segment: UInt32, sequence: UInt32) {
+        self.previous = previous
+        self.segment = segment
+        self.sequence = sequence
+    }
+
+    /// The next operation in the in-order list or held list holding this one.
+    var laneNext: Unmanaged<Operation>? {
+        get { Self.reference(laneWord) }
+        set { laneWord = Self.word(newValue) }
+    }
+
+    /// The previous operation in the in-order list or held list holding this one.
+    var lanePrevious: Unmanaged<Operation>? {
+        get { Self.reference(laneOtherWord) }
+        set { laneOtherWord = Self.word(newValue) }
+    }
+
+    /// The position in the late heap holding the operation (meaningful only
+    /// with `Flags.inLateHeap`; it shares its storage with `laneNext`, which
+    /// an operation in a heap does not use).
+    var heapIndex: Int {
+        get { Int(bitPattern: laneWord) }
+        set { laneWord = UInt(bitPattern: newValue) }
+    }
+
+    @inline(__always)
+    private static func reference(_ word: UInt) -> Unmanaged<Operation>? {
+        guard let pointer = UnsafeRawPointer(bitPattern: word) else { return nil }
+        return Unmanaged.fromOpaque(pointer)
+    }
+
+    @inline(__always)
+    private static func word(_ reference: Unmanaged<Operation>?) -> UInt {
+        UInt(bitPattern: reference?.toOpaque())
+    }
 
     static let noLane: Int8 = -1
     static let heldLane: Int8 = 6
@@ -61,6 +107,8 @@ struct QueueLink {
         /// flag an unlinked operation carries, cleared by
         /// `QueueState.releaseKeptSlot(of:)`.
         static let keptSlot: UInt16 = 1 << 8
+        /// In a lane's late heap rather than its in-order list (`ReadyLane`).
+        static let inLateHeap: UInt16 = 1 << 9
     }
 
     func has(_ flag: UInt16) -> Bool { flags & flag != 0 }

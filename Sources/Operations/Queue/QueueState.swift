@@ -6,10 +6,11 @@
 /// ## Lists
 /// - The add-order list of unfinished operations (`operations`), linked
 ///   through each operation's `QueueLink`; it owns one retain of each.
-/// - Six ready lanes, also intrusive: lane 0 holds cancelled operations
+/// - Six ready lanes (`ReadyLane`): lane 0 holds cancelled operations
 ///   whose class keeps the base `start()` (retired without a slot of
 ///   `maxConcurrentOperationCount`); lanes 1 ... 5 hold ready operations by
-///   priority, very high first, first in first out within a lane.
+///   priority, very high first, in the order they were added within a lane
+///   (however late each became ready), as Foundation starts them.
 /// - Per barrier segment, a held list: operations that are ready but were
 ///   added after a barrier that has not finished.
 ///
@@ -31,19 +32,13 @@
 /// Every step is O(1) amortized, whatever the queue's length.
 /// `checkInvariants()` verifies the bookkeeping in tests.
 struct QueueState {
-    struct Lane {
-        var head: Unmanaged<Operation>?
-        var tail: Unmanaged<Operation>?
-        var count = 0
-    }
-
     struct Segment {
         /// The barrier that gates this segment, until it finishes.
         var gate: Unmanaged<Operation>?
         /// Unfinished non-barrier operations of the segment.
         var unfinished = 0
         /// Ready operations waiting for `gate`.
-        var held = Lane()
+        var held = LaneList()
     }
 
     static let cancelledLane = 0
@@ -57,8 +52,10 @@ struct QueueState {
     private(set) var tail: Unmanaged<Operation>?
     /// Unfinished operations (`operationCount`).
     private(set) var count = 0
+    /// The add sequence of the next operation linked (`QueueLink.sequence`).
+    private var nextSequence: UInt32 = 0
     /// The lanes, in one allocation freed by `releaseStorage()`.
-    private let lanes: UnsafeMutablePointer<Lane>
+    private let lanes: UnsafeMutablePointer<ReadyLane>
     /// Bit `i` is set while lane `i` is not empty.
     private(set) var nonEmptyLanes: UInt8 = 0
     /// Operations in lanes (not counting held ones).
@@ -70,8 +67,13 @@ struct QueueState {
     /// `unlink(_:retirementPending:keepingSlot:)`).
     private(set) var keptSlots = 0
 
-    /// `maxConcurrentOperationCount` as set (-1: the system decides).
-    var width = -1
+    /// `maxConcurrentOperationCount` as set (-1: the system decides). With
+    /// a width set, the lanes keep their operations in add order (see
+    /// `ReadyLane`); setting one on a queue of the default width reorders
+    /// the lanes.
+    var width = -1 {
+        didSet { if oldValue < 0, width >= 0 { orderLanes() } }
+    }
     var isSuspended = false
 
     /// Barrier segments, oldest unfinished first; `segments[0]` is segment
@@ -99,7 +101,7 @@ struct QueueState {
 
     init() {
         lanes = .allocate(capacity: Self.laneCount)
-        lanes.initialize(repeating: Lane(), count: Self.laneCount)
+        lanes.initialize(repeating: ReadyLane(), count: Self.laneCount)
     }
 
     /// Frees the lane table. Call once, when the queue is deallocated.
@@ -132,7 +134,8 @@ struct QueueState {
         if customReadiness { flags |= QueueLink.Flags.customReadiness }
         if customStart { flags |= QueueLink.Flags.customStart }
         let current = firstSegment &+ UInt32(segments.count - 1)
-        operation.queueLink = QueueLink(previous: tail, segment: current)
+        operation.queueLink = QueueLink(previous: tail, segment: current, sequence: nextSequence)
+        nextSequence &+= 1
         if barrier {
             flags |= QueueLink.Flags.barrier
             segments.append(Segment(gate: node))
@@ -266,7 +269,7 @@ struct QueueState {
         guard let target else { return }
         if target == QueueLink.heldLane {
             let index = segmentIndex(link.segment)
-            push(operation, onto: &segments[index].held, lane: QueueLink.heldLane)
+            segments[index].held.append(operation, lane: QueueLink.heldLane)
         } else {
             push(operation, lane: Int(target))
         }
@@ -290,8 +293,8 @@ struct QueueState {
         return Int8(Self.lane(forPriorityIndex: operation.loadState().priorityIndex))
     }
 
-    /// A queued operation's priority changed: move it to the back of its new
-    /// lane if it is in a priority lane.
+    /// A queued operation's priority changed: move it to its new lane (in
+    /// its add order there) if it is in a priority lane.
     mutating func priorityChanged(_ operation: Operation) {
         let lane = operation.queueLink.lane
         guard lane > 0, lane != QueueLink.heldLane else { return }
@@ -308,7 +311,7 @@ struct QueueState {
     /// operation if a slot is free. Returns nil when nothing can start.
     mutating func popNext() -> Operation? {
         guard !isSuspended, nonEmptyLanes != 0 else { return nil }
-        if nonEmptyLanes & 1 != 0, let node = lanes[Self.cancelledLane].head {
+        if nonEmptyLanes & 1 != 0, let node = lanes[Self.cancelledLane].first {
             let operation = node.takeUnretainedValue()
             removeFromLane(operation)
             operation.queueLink.flags |= QueueLink.Flags.dispatched
@@ -317,7 +320,7 @@ struct QueueState {
         guard usedSlots < effectiveWidth else { return nil }
         while nonEmptyLanes != 0 {
             let lane = nonEmptyLanes.trailingZeroBitCount
-            guard let node = lanes[lane].head else { break }
+            guard let node = lanes[lane].first else { break }
             let operation = node.takeUnretainedValue()
             removeFromLane(operation)
             // A base-readiness operation may have gained a dependency since it
@@ -336,7 +339,7 @@ struct QueueState {
     /// for a drain loop to retire as one batch.
     mutating func popCancelled(upTo limit: Int, into batch: inout [Operation]) {
         guard !isSuspended else { return }
-        while batch.count < limit, let node = lanes[Self.cancelledLane].head {
+        while batch.count < limit, let node = lanes[Self.cancelledLane].first {
             let operation = node.takeUnretainedValue()
             removeFromLane(operation)
             operation.queueLink.flags |= QueueLink.Flags.dispatched
@@ -403,23 +406,19 @@ struct QueueState {
     // MARK: Lanes
 
     private mutating func push(_ operation: Operation, lane: Int) {
-        push(operation, onto: &lanes[lane], lane: Int8(lane))
+        lanes[lane].insert(operation, lane: Int8(lane), ordered: width >= 0)
         nonEmptyLanes |= 1 << UInt8(lane)
         readyCount += 1
     }
 
-    private func push(_ operation: Operation, onto list: inout Lane, lane: Int8) {
-        let node = Unmanaged.passUnretained(operation)
-        operation.queueLink.lane = lane
-        operation.queueLink.laneNext = nil
-        operation.queueLink.lanePrevious = list.tail
-        if let tail = list.tail {
-            tail._withUnsafeGuaranteedRef { $0.queueLink.laneNext = node }
-        } else {
-            list.head = node
+    /// Puts every lane in add order: the queue was given a width, and holds
+    /// ready operations back from now on. O(n log n), once per such change.
+    private mutating func orderLanes() {
+        for index in 0..<Self.laneCount where lanes[index].count > 1 {
+            for operation in lanes[index].takeAll() {
+                lanes[index].insert(operation, lane: Int8(index), ordered: true)
+            }
         }
-        list.tail = node
-        list.count += 1
     }
 
     /// Takes `operation` out of whichever lane or held list holds it.
@@ -428,31 +427,12 @@ struct QueueState {
         guard lane != QueueLink.noLane else { return }
         if lane == QueueLink.heldLane {
             let index = segmentIndex(operation.queueLink.segment)
-            unlinkFromLane(operation, list: &segments[index].held)
+            segments[index].held.remove(operation)
             return
         }
-        unlinkFromLane(operation, list: &lanes[Int(lane)])
+        lanes[Int(lane)].remove(operation)
         if lanes[Int(lane)].count == 0 { nonEmptyLanes &= ~(1 << UInt8(lane)) }
         readyCount -= 1
-    }
-
-    private func unlinkFromLane(_ operation: Operation, list: inout Lane) {
-        let next = operation.queueLink.laneNext
-        let previous = operation.queueLink.lanePrevious
-        if let next {
-            next._withUnsafeGuaranteedRef { $0.queueLink.lanePrevious = previous }
-        } else {
-            list.tail = previous
-        }
-        if let previous {
-            previous._withUnsafeGuaranteedRef { $0.queueLink.laneNext = next }
-        } else {
-            list.head = next
-        }
-        operation.queueLink.laneNext = nil
-        operation.queueLink.lanePrevious = nil
-        operation.queueLink.lane = QueueLink.noLane
-        list.count -= 1
     }
 
     // MARK: Barrier segments
@@ -466,7 +446,7 @@ struct QueueState {
     private mutating func releaseHeld(segment index: Int) {
         while let node = segments[index].held.head {
             let operation = node.takeUnretainedValue()
-            unlinkFromLane(operation, list: &segments[index].held)
+            segments[index].held.remove(operation)
             push(operation, lane: Self.lane(forPriorityIndex: operation.loadState().priorityIndex))
         }
     }
@@ -547,15 +527,8 @@ struct QueueState {
         if dispatchedWithSlot != executing { return "executing \(executing) but \(dispatchedWithSlot) hold slots" }
         var total = 0
         for index in 0..<Self.laneCount {
-            var length = 0
-            var item = lanes[index].head
-            while let current = item {
-                let operation = current.takeUnretainedValue()
-                if operation.queueLink.lane != Int8(index) { return "lane index mismatch in lane \(index)" }
-                length += 1
-                item = operation.queueLink.laneNext
-            }
-            if length != lanes[index].count { return "lane \(index) count \(lanes[index].count) but \(length) linked" }
+            if let broken = lanes[index].checkInvariants(lane: Int8(index), ordered: width >= 0) { return broken }
+            let length = lanes[index].count
             if (nonEmptyLanes & (1 << UInt8(index)) != 0) != (length > 0) { return "bitmap wrong for lane \(index)" }
             total += length
         }
