@@ -67,14 +67,18 @@ struct QueueState {
     /// `unlink(_:retirementPending:keepingSlot:)`).
     private(set) var keptSlots = 0
 
-    /// `maxConcurrentOperationCount` as set (-1: the system decides). With
-    /// a width set, the lanes keep their operations in add order (see
-    /// `ReadyLane`); setting one on a queue of the default width reorders
-    /// the lanes.
+    /// `maxConcurrentOperationCount` as set (-1: the system decides).
     var width = -1 {
-        didSet { if oldValue < 0, width >= 0 { orderLanes() } }
+        didSet { if holdsReadyBack { orderLanes() } }
     }
-    var isSuspended = false
+    var isSuspended = false {
+        didSet { if holdsReadyBack { orderLanes() } }
+    }
+
+    /// Whether the queue may hold ready operations back (a width is set, or
+    /// it is suspended): its lanes then keep their operations in the order
+    /// they were added (see `ReadyLane`).
+    var holdsReadyBack: Bool { width >= 0 || isSuspended }
 
     /// Barrier segments, oldest unfinished first; `segments[0]` is segment
     /// number `firstSegment`.
@@ -406,15 +410,16 @@ struct QueueState {
     // MARK: Lanes
 
     private mutating func push(_ operation: Operation, lane: Int) {
-        lanes[lane].insert(operation, lane: Int8(lane), ordered: width >= 0)
+        lanes[lane].insert(operation, lane: Int8(lane), ordered: holdsReadyBack)
         nonEmptyLanes |= 1 << UInt8(lane)
         readyCount += 1
     }
 
-    /// Puts every lane in add order: the queue was given a width, and holds
-    /// ready operations back from now on. O(n log n), once per such change.
+    /// Puts every lane in add order: the queue holds ready operations back
+    /// from now on. O(n log n) for a lane that took operations out of add
+    /// order while the queue held nothing back; nothing otherwise.
     private mutating func orderLanes() {
-        for index in 0..<Self.laneCount where lanes[index].count > 1 {
+        for index in 0..<Self.laneCount where !lanes[index].isSorted {
             for operation in lanes[index].takeAll() {
                 lanes[index].insert(operation, lane: Int8(index), ordered: true)
             }
@@ -527,7 +532,7 @@ struct QueueState {
         if dispatchedWithSlot != executing { return "executing \(executing) but \(dispatchedWithSlot) hold slots" }
         var total = 0
         for index in 0..<Self.laneCount {
-            if let broken = lanes[index].checkInvariants(lane: Int8(index), ordered: width >= 0) { return broken }
+            if let broken = lanes[index].checkInvariants(lane: Int8(index), ordered: holdsReadyBack) { return broken }
             let length = lanes[index].count
             if (nonEmptyLanes & (1 << UInt8(index)) != 0) != (length > 0) { return "bitmap wrong for lane \(index)" }
             total += length

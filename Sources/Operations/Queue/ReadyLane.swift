@@ -49,15 +49,16 @@ struct LaneList {
 /// The ready operations of one lane, first in the order they were added to
 /// the queue (when `ordered`), or in the order they became ready.
 ///
-/// A queue whose `maxConcurrentOperationCount` is set holds ready operations
-/// back, and Foundation then starts those of one priority in the order they
-/// were added, not the order they became ready: an operation whose
-/// dependency finishes late still starts before a ready operation added
-/// after it. A queue of the default width holds nothing back (Foundation
-/// hands every ready operation to Dispatch at once, where they run in the
-/// order they were handed over), so there the lane keeps the order they
-/// became ready in, at O(1), and the queue reorders its lanes if a width is
-/// set later (`QueueState.width`).
+/// A queue that holds ready operations back (its `maxConcurrentOperationCount`
+/// is set, or it is suspended) starts those of one priority, as Foundation
+/// does, in the order they were added, not the order they became ready: an
+/// operation whose dependency finishes late still starts before a ready
+/// operation added after it. A running queue of the default width holds
+/// nothing back (Foundation hands every ready operation to Dispatch at once,
+/// where they run in the order they were handed over), so there the lane
+/// keeps the order they became ready in, at O(1); the queue puts its lanes
+/// back in add order when it starts holding operations back
+/// (`QueueState.orderLanes()`).
 ///
 /// Most operations become ready in add order anyway (an operation ready when
 /// added is the queue's newest), so the lane has two parts:
@@ -81,6 +82,9 @@ struct ReadyLane {
     /// The add sequence of `inOrder.tail`, kept here so that an insertion
     /// does not read the tail operation (often in another core's cache).
     private var tailSequence: UInt32 = 0
+    /// Whether `inOrder` is in add order: false once an unordered insertion
+    /// appended an operation older than the tail.
+    private(set) var isSorted = true
 
     var count: Int { inOrder.count + late.count }
 
@@ -111,6 +115,7 @@ struct ReadyLane {
             late.withUnsafeMutableBufferPointer { Self.siftUp(from: $0.count - 1, in: $0) }
             return
         }
+        if !ordered, inOrder.tail != nil, !Self.precedes(tailSequence, sequence) { isSorted = false }
         inOrder.append(operation, lane: lane)
         tailSequence = sequence
     }
@@ -156,6 +161,7 @@ struct ReadyLane {
             taken.append(operation)
         }
         late.removeAll()
+        isSorted = true
         taken.sort { Self.precedes($0.queueLink.sequence, $1.queueLink.sequence) }
         return taken
     }
@@ -221,7 +227,7 @@ struct ReadyLane {
             let link = current._withUnsafeGuaranteedRef { $0.queueLink }
             if link.lane != lane || link.has(QueueLink.Flags.inLateHeap) { return "lane \(lane): list entry records another place" }
             if link.lanePrevious?.toOpaque() != previous?.toOpaque() { return "lane \(lane): broken back link" }
-            if ordered, let previousSequence, !Self.precedes(previousSequence, link.sequence) {
+            if ordered || isSorted, let previousSequence, !Self.precedes(previousSequence, link.sequence) {
                 return "lane \(lane): list out of add order"
             }
             previousSequence = link.sequence

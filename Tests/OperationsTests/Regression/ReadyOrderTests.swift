@@ -248,3 +248,54 @@ struct InvariantCheckTests {
         #expect(queue.waitUntilAllOperationsAreFinished(timeout: patience))
     }
 }
+
+@Suite("Ready lanes (scheduling state)")
+struct ReadyLaneStateTests {
+    /// Links `count` operations into a fresh scheduling state and makes
+    /// them ready in `readyOrder`, as a running queue of the default width
+    /// would (holding nothing back); then `hold` makes the state hold ready
+    /// operations back. Returns the order `popNext` starts them in.
+    private func startOrder(count: Int, readyOrder: [Int], hold: (inout QueueState) -> Void) -> [Int] {
+        var state = QueueState()
+        defer { state.releaseStorage() }
+        let operations = (0..<count).map { _ in BlockOperation {} }
+        for operation in operations {
+            state.link(operation, barrier: false, customReadiness: false, customStart: false)
+        }
+        for index in readyOrder {
+            state.apply(operations[index], ready: true, cancelled: false)
+        }
+        #expect(state.checkInvariants() == nil)
+        hold(&state)
+        #expect(state.checkInvariants() == nil)
+        var order: [Int] = []
+        while let next = state.popNext() {
+            order.append(operations.firstIndex { $0 === next } ?? -1)
+            if let owned = state.unlink(next, retirementPending: false) { owned.release() }
+        }
+        return order
+    }
+
+    @Test("setting a width puts lanes filled in readiness order back in add order")
+    func widthOrdersLanes() {
+        let order = startOrder(count: 8, readyOrder: [3, 1, 7, 0, 2, 6, 4, 5]) { state in
+            state.width = 1
+        }
+        #expect(order == Array(0..<8))
+    }
+
+    @Test("suspending puts lanes filled in readiness order back in add order")
+    func suspensionOrdersLanes() {
+        let order = startOrder(count: 8, readyOrder: [5, 4, 6, 2, 0, 7, 1, 3]) { state in
+            state.isSuspended = true
+            state.isSuspended = false
+        }
+        #expect(order == Array(0..<8))
+    }
+
+    @Test("a running queue of the default width starts in readiness order (Foundation hands them to Dispatch as they become ready)")
+    func defaultWidthKeepsReadinessOrder() {
+        let order = startOrder(count: 6, readyOrder: [4, 2, 0, 5, 1, 3]) { _ in }
+        #expect(order == [4, 2, 0, 5, 1, 3])
+    }
+}
