@@ -237,6 +237,18 @@ extension Operation {
         // A failure policy cancels before the operation can become ready, so
         // that a queue never starts it.
         if loadState().hasFailurePolicy { applyFailurePolicy(after: [dependency]) }
+        // Observed, and not the last one: decided and done under the lock,
+        // with nothing to announce. Deciding from a snapshot taken before the
+        // lock let two dependencies finishing at once both see two remaining:
+        // neither announced in time, and the change was told late, from
+        // ready to ready, instead of from not ready to ready.
+        if loadState().isObserved, withStateLock({ state -> Bool in
+            guard state.unfinishedDependencies >= 2 else { return false }
+            _ = state.removeUnfinishedDependency()
+            return true
+        }) {
+            return .none
+        }
         let snapshot = loadState()
         let announce = snapshot.isObserved && snapshot.unfinishedDependencies == 1 && !snapshot.isCancelled
             && snapshot.countsDependencies
