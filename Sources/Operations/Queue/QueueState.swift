@@ -448,10 +448,19 @@ struct QueueState {
 
     /// Moves the held operations of segment `index` to their lanes: its
     /// barrier has finished.
+    /// They are released together, so they go in add order (the order
+    /// Foundation starts them in) whether or not the queue holds ready
+    /// operations back.
     private mutating func releaseHeld(segment index: Int) {
+        var released: [Operation] = []
+        released.reserveCapacity(segments[index].held.count)
         while let node = segments[index].held.head {
             let operation = node.takeUnretainedValue()
             segments[index].held.remove(operation)
+            released.append(operation)
+        }
+        released.sort { ReadyLane.precedes($0.queueLink.sequence, $1.queueLink.sequence) }
+        for operation in released {
             push(operation, lane: Self.lane(forPriorityIndex: operation.loadState().priorityIndex))
         }
     }

@@ -293,6 +293,34 @@ struct ReadyLaneStateTests {
         #expect(order == Array(0..<8))
     }
 
+    @Test("operations a barrier releases go to their lanes in add order, even on a queue of the default width")
+    func barrierReleaseInAddOrder() {
+        var state = QueueState()
+        defer { state.releaseStorage() }
+        let first = BlockOperation {}
+        state.link(first, barrier: false, customReadiness: false, customStart: false)
+        let barrier = BlockOperation {}
+        state.link(barrier, barrier: true, customReadiness: false, customStart: false)
+        state.barrierLinked(barrier)
+        let held = (0..<5).map { _ in BlockOperation {} }
+        for operation in held {
+            state.link(operation, barrier: false, customReadiness: false, customStart: false)
+        }
+        for index in [3, 0, 4, 1, 2] {
+            state.apply(held[index], ready: true, cancelled: false)
+        }
+        state.apply(first, ready: true, cancelled: false)
+        var order: [Operation] = []
+        while let next = state.popNext() {
+            order.append(next)
+            if let owned = state.unlink(next, retirementPending: false) { owned.release() }
+        }
+        #expect(order.count == 7)
+        #expect(order.first === first && order.dropFirst().first === barrier)
+        #expect(order.dropFirst(2).map { operation in held.firstIndex { $0 === operation } ?? -1 } == Array(0..<5))
+        #expect(state.checkInvariants() == nil)
+    }
+
     @Test("a running queue of the default width starts in readiness order (Foundation hands them to Dispatch as they become ready)")
     func defaultWidthKeepsReadinessOrder() {
         let order = startOrder(count: 6, readyOrder: [4, 2, 0, 5, 1, 3]) { _ in }
