@@ -114,11 +114,18 @@ private func makeListingOperation(
 // MARK: Custom readiness
 
 /// Ready only when its dependencies finished and `allow()` was called;
-/// announces the change as the chapter asks.
-private final class GatedReadinessOperation: Operation, @unchecked Sendable {
-    // @unchecked Sendable: `allowed` is atomic; `ran` is atomic.
+/// announces the change as the chapter asks. Its `main()` runs `body`, then
+/// opens `ran`.
+final class GatedReadinessOperation: Operation, @unchecked Sendable {
+    // @unchecked Sendable: `allowed` is atomic; `ran` is a Gate; `body` is
+    // set once.
     private let allowed = Atomic<Bool>(false)
+    private let body: @Sendable () -> Void
     let ran = Gate()
+
+    init(_ body: @escaping @Sendable () -> Void = {}) {
+        self.body = body
+    }
 
     override var isReady: Bool { super.isReady && allowed.load(ordering: .acquiring) }
 
@@ -128,7 +135,10 @@ private final class GatedReadinessOperation: Operation, @unchecked Sendable {
         didChangeValue(forKey: "isReady")
     }
 
-    override func main() { ran.open() }
+    override func main() {
+        body()
+        ran.open()
+    }
 }
 
 @Suite("Custom subclasses")

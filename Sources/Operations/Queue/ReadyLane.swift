@@ -108,14 +108,15 @@ struct ReadyLane {
     /// order if `ordered`, else behind the operations already there.
     mutating func insert(_ operation: Operation, lane: Int8, ordered: Bool) {
         let sequence = operation.queueLink.sequence
-        if ordered, inOrder.tail != nil, !Self.precedes(tailSequence, sequence) {
+        let olderThanTail = inOrder.tail != nil && !Self.precedes(tailSequence, sequence)
+        if olderThanTail, ordered {
             operation.queueLink.lane = lane
             operation.queueLink.flags |= QueueLink.Flags.inLateHeap
             late.append(Entry(sequence: sequence, operation: .passUnretained(operation)))
             late.withUnsafeMutableBufferPointer { Self.siftUp(from: $0.count - 1, in: $0) }
             return
         }
-        if !ordered, inOrder.tail != nil, !Self.precedes(tailSequence, sequence) { isSorted = false }
+        if olderThanTail { isSorted = false }
         inOrder.append(operation, lane: lane)
         tailSequence = sequence
     }

@@ -3,32 +3,8 @@
 // "first in, first out through the pipe" of the serial-queue article).
 // Before the fix, a queue started them in the order they became ready.
 
-import Synchronization
 import Testing
 @testable import Operations
-
-/// Ready only once `allow()` is called; announces the change.
-private final class LateReadyOperation: Operation, @unchecked Sendable {
-    // @unchecked Sendable: `allowed` is atomic; `log` and `label` are set once.
-    private let allowed = Atomic<Bool>(false)
-    private let log: Recorder<String>
-    private let label: String
-
-    init(_ label: String, log: Recorder<String>) {
-        self.label = label
-        self.log = log
-    }
-
-    override var isReady: Bool { super.isReady && allowed.load(ordering: .acquiring) }
-
-    func allow() {
-        willChangeValue(forKey: "isReady")
-        allowed.store(true, ordering: .releasing)
-        didChangeValue(forKey: "isReady")
-    }
-
-    override func main() { log.record(label) }
-}
 
 @Suite("Ready operations start in add order")
 struct ReadyOrderTests {
@@ -80,9 +56,9 @@ struct ReadyOrderTests {
         let log = Recorder<String>()
         let queue = makeQueue("ready-order-custom", width: 1)
         queue.isSuspended = true
-        let first = LateReadyOperation("first", log: log)
+        let first = GatedReadinessOperation { log.record("first") }
         let second = BlockOperation { log.record("second") }
-        let third = LateReadyOperation("third", log: log)
+        let third = GatedReadinessOperation { log.record("third") }
         queue.addOperations([first, second, third], waitUntilFinished: false)
         third.allow()
         first.allow()
@@ -268,9 +244,15 @@ struct ReadyLaneStateTests {
         #expect(state.checkInvariants() == nil)
         hold(&state)
         #expect(state.checkInvariants() == nil)
-        var order: [Int] = []
+        return startAll(&state).map { started in operations.firstIndex { $0 === started } ?? -1 }
+    }
+
+    /// Starts (pops) and retires every operation the state lets start, in
+    /// order, giving back the add-order list's retain of each.
+    private func startAll(_ state: inout QueueState) -> [Operation] {
+        var order: [Operation] = []
         while let next = state.popNext() {
-            order.append(operations.firstIndex { $0 === next } ?? -1)
+            order.append(next)
             if let owned = state.unlink(next, retirementPending: false) { owned.release() }
         }
         return order
@@ -310,11 +292,7 @@ struct ReadyLaneStateTests {
             state.apply(held[index], ready: true, cancelled: false)
         }
         state.apply(first, ready: true, cancelled: false)
-        var order: [Operation] = []
-        while let next = state.popNext() {
-            order.append(next)
-            if let owned = state.unlink(next, retirementPending: false) { owned.release() }
-        }
+        let order = startAll(&state)
         #expect(order.count == 7)
         #expect(order.first === first && order.dropFirst().first === barrier)
         #expect(order.dropFirst(2).map { operation in held.firstIndex { $0 === operation } ?? -1 } == Array(0..<5))
