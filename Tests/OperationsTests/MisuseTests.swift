@@ -106,7 +106,7 @@ struct MisuseTests {
 
     // MARK: Properties after start
 
-    @Test("completion block set after the operation finished: accepted, never runs, released (Foundation)")
+    @Test("completion block set after the operation finished: reported, refused, released at once")
     func completionBlockAfterFinish() {
         let op = named("late-completion")
         op.start()
@@ -116,49 +116,55 @@ struct MisuseTests {
             let marker = tracker.track(LateBlockMarker(), "captured by the late block")
             op.completionBlock = { _ = marker; calls.increment() }
         }
-        #expect(reported.isEmpty)
+        expectSingle(reported, .completionBlockAfterStart, naming: "\"late-completion\"")
+        #expect(reported.first?.message.contains("after it finished") == true)
         #expect(op.completionBlock == nil)
         #expect(calls.count == 0)
         #expect(tracker.waitForRelease().isEmpty, "the refused block is released at once")
-        #expect(misuses { op.completionBlock = nil }.isEmpty)
+        #expect(misuses { op.completionBlock = nil }.isEmpty, "clearing the block is not a misuse")
         unrelatedWorkStillRuns()
     }
 
-    @Test("completion block set while the operation is executing runs once when it finishes (Foundation)")
+    @Test("completion block set while the operation is executing: reported, refused, the earlier block runs")
     func completionBlockWhileExecuting() {
         let op = BlockOperation()
         op.name = "executing-completion"
-        let calls = Counter()
+        let first = Counter()
+        let late = Counter()
+        op.completionBlock = { first.increment() }
         op.addExecutionBlock { [unowned op] in
-            op.completionBlock = { calls.increment() }
+            op.completionBlock = { late.increment() }
         }
         let reported = misuses { op.start() }
-        #expect(reported.isEmpty)
-        #expect(waitUntil { calls.count == 1 })
+        expectSingle(reported, .completionBlockAfterStart, naming: "\"executing-completion\"")
+        #expect(reported.first?.message.contains("while it is executing") == true)
+        #expect(waitUntil { first.count == 1 })
+        #expect(late.count == 0)
         #expect(op.completionBlock == nil, "released once it has run")
         unrelatedWorkStillRuns()
     }
 
-    @Test("completion block set from its own body in a queue runs once; one set from the completion block never runs")
-    func completionBlockSetFromBodyInQueue() {
-        let queue = makeQueue("late-completion-queue")
-        let op = BlockOperation()
-        let first = Counter()
-        let second = Counter()
-        op.addExecutionBlock { [unowned op] in
-            op.completionBlock = { [unowned op] in
-                first.increment()
-                op.completionBlock = { second.increment() }
-            }
-        }
+    @Test("completion block set before the start, or cleared after it: not a misuse")
+    func completionBlockBeforeStart() {
+        let queue = makeQueue("early-completion-queue")
+        queue.isSuspended = true
+        let calls = Counter()
+        let op = BlockOperation {}
         let reported = misuses {
+            op.completionBlock = { Issue.record("replaced block ran") }
             queue.addOperation(op)
+            op.completionBlock = { calls.increment() }
+            queue.isSuspended = false
             #expect(queue.waitUntilAllOperationsAreFinished(timeout: patience))
+            op.completionBlock = nil
         }
-        #expect(reported.isEmpty)
-        #expect(first.count == 1)
-        #expect(second.count == 0)
-        #expect(op.completionBlock == nil)
+        #expect(reported.isEmpty, "\(describeMisuses(reported))")
+        #expect(waitUntil { calls.count == 1 })
+    }
+
+    @Test("with no handler, a late completion block does not trap: reported to observers, kept as on Darwin")
+    func completionBlockTolerated() async {
+        await #expect(processExitsWith: .success) { scenarioLateCompletionBlockWithoutHandler() }
     }
 
     @Test("result of a cancelled invocation")
@@ -531,4 +537,33 @@ struct MisuseTests {
         #expect(dependent.isFinished)
         unrelatedWorkStillRuns()
     }
+}
+
+/// Exit-test body: no misuse handler anywhere in the child, so a trap would
+/// fail the test. A block set from the body runs once; one set from the
+/// completion block never runs; both are reported to observers.
+private func scenarioLateCompletionBlockWithoutHandler() {
+    let reports = ReportCollector(mentioning: "tolerated-late-completion")
+    defer { reports.cancel() }
+    let queue = makeQueue("tolerated-late-completion-queue")
+    let op = BlockOperation()
+    op.name = "tolerated-late-completion"
+    let first = Counter()
+    let second = Counter()
+    op.addExecutionBlock { [unowned op] in
+        op.completionBlock = { [unowned op] in
+            first.increment()
+            op.completionBlock = { second.increment() }
+        }
+    }
+    queue.addOperation(op)
+    #expect(queue.waitUntilAllOperationsAreFinished(timeout: patience))
+    #expect(op.waitUntilFinished(timeout: patience))
+    #expect(first.count == 1)
+    #expect(second.count == 0)
+    #expect(op.completionBlock == nil)
+    let codes = reports.all.map(\.kind)
+    #expect(codes == [.misuse(.completionBlockAfterStart), .misuse(.completionBlockAfterStart)], "\(reports.all.map(\.message))")
+    #expect(reports.all.first?.message.contains("while it is executing") == true)
+    #expect(reports.all.last?.message.contains("after it finished") == true)
 }

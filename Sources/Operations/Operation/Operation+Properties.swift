@@ -14,7 +14,19 @@ extension Operation {
     }
 
     final func setCompletionBlock(_ block: (@Sendable () -> Void)?) {
-        let observed = loadState().isObserved
+        let snapshot = loadState()
+        if block != nil, snapshot.hasBaseStarted || snapshot.isFinished {
+            // The chapter's rule, tolerated: refused only when a handler is
+            // installed (the refused block is released by the caller's
+            // frame, outside every lock).
+            let when = snapshot.isFinished ? "after it finished" : "while it is executing"
+            if OperationMisuse.reportTolerated(
+                .completionBlockAfterStart,
+                subject: .operation(self),
+                "was given a completion block \(when); set completionBlock before the operation starts. With no misuse handler installed the block is accepted as on Darwin: it runs if the operation has not finished yet, and never runs if it has."
+            ) { return }
+        }
+        let observed = snapshot.isObserved
         if observed { notifyWillChange(["completionBlock"]) }
         // As in Foundation, a block may be set at any time: one set before
         // the operation finishes (from its own body too) runs when it

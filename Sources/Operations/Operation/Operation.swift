@@ -258,11 +258,15 @@ open class Operation: @unchecked Sendable {
     /// ``waitUntilFinished()`` returns. It is released as soon as it has
     /// run, so a block that captures its own operation does not leak.
     ///
-    /// As in Foundation, it may be set at any time before the operation
-    /// finishes, including from the operation's own body: the block in place
-    /// when the operation finishes is the one that runs. A block set after
-    /// the operation finished (for example from its own completion block)
-    /// never runs; it is released at once, and the property reads nil.
+    /// Set it before the operation starts. Setting a block on an operation
+    /// that is executing or has finished is the misuse
+    /// ``OperationMisuse/Code/completionBlockAfterStart``, the one misuse the
+    /// default policy tolerates: with a misuse handler installed the block
+    /// is refused; with none, as in Darwin's Foundation, a block set before
+    /// the operation finishes (from its own body too) is kept, and the block
+    /// in place when it finishes is the one that runs, while a block set
+    /// after it finished (for example from its own completion block) never
+    /// runs, is released at once, and the property reads nil.
     open var completionBlock: (@Sendable () -> Void)? {
         get { withStateLock { _ in extras?.completionBlock } }
         set { setCompletionBlock(newValue) }

@@ -39,10 +39,20 @@ public struct OperationMisuse: Error, Sendable, CustomStringConvertible {
         public static let startAfterFinished = Code("startAfterFinished")
         /// `start()` was called by hand on an operation that a queue owns.
         public static let startOwnedByQueue = Code("startOwnedByQueue")
-        /// Formerly reported when a completion block was set after the
-        /// operation began executing. No longer reported: as in Foundation,
-        /// a block set before the operation finishes runs when it finishes
-        /// (see ``Operation/completionBlock``). Kept for source compatibility.
+        /// A completion block was set on an operation that is executing or
+        /// has finished ("Operation Queues": the operation throws "when you
+        /// try to add a completion block to an operation that is already
+        /// executing or finished").
+        ///
+        /// The one *tolerated* misuse. With a handler installed, the handler
+        /// receives it and the block is refused, as for every other code.
+        /// With no handler, the process does not trap: today's Darwin
+        /// Foundation accepts the block, and ported code such as
+        /// `queue.addOperation(op); op.completionBlock = …` races the
+        /// operation's finish. The report still reaches
+        /// ``OperationReporting`` observers, and the block behaves as on
+        /// Darwin: kept (and run once) if the operation has not finished,
+        /// dropped if it has. Clearing the block (`nil`) is never reported.
         public static let completionBlockAfterStart = Code("completionBlockAfterStart")
         /// The result of a cancelled `InvocationOperation` was read.
         public static let cancelledInvocationResult = Code("cancelledInvocationResult")
@@ -166,6 +176,23 @@ public struct OperationMisuse: Error, Sendable, CustomStringConvertible {
     /// Reports a misuse. Returns only if a handler refused the call.
     static func report(_ code: Code, subject: ReportSubject, _ detail: String, cycle: [String]? = nil) {
         _ = reportReturning(code, subject: subject, detail, cycle: cycle)
+    }
+
+    /// Reports a tolerated misuse (``Code/completionBlockAfterStart``):
+    /// observers always hear of it; a handler, if one is installed, receives
+    /// it. Returns whether the call is refused, which is when a handler was
+    /// installed. With no handler it returns false instead of trapping.
+    static func reportTolerated(_ code: Code, subject: ReportSubject, _ detail: String) -> Bool {
+        let text = subject.text ?? ""
+        let misuse = OperationMisuse(
+            code: code,
+            subject: text,
+            message: "Operations misuse [\(code.rawValue)]: \(text) \(detail)"
+        )
+        OperationReporting.deliver(OperationReport(kind: .misuse(code), message: misuse.message, subject: subject, cycle: nil))
+        guard let handler = scopedHandler ?? globalHandler.current else { return false }
+        handler(misuse)
+        return true
     }
 
     /// Reports a misuse and returns it (for calls that throw it when a
