@@ -80,8 +80,17 @@ final class ObserverEntry<Root: AnyObject, Value>: AnyObserverEntry, @unchecked 
     private let options: ObservationOptions
     private let read: (Root) -> Value
     private let handler: @Sendable (Root, ObservedChange<Value>) -> Void
-    private var pendingOld: Value?
+    /// The old values read by will-changes whose did-change has not come
+    /// yet, each with the thread that announced it. As in Foundation's KVO,
+    /// a did-change takes the newest value its own thread recorded: changes
+    /// announced at once on several threads (a queue's `operationCount`
+    /// while operations finish) or nested on one thread each get their own
+    /// old value. One slot shared by all threads lost some of them.
+    private var pendingOld: [(thread: UInt, value: Value)] = []
     private var lastValue: Value?
+    /// Pending old values kept at most: a will-change never followed by its
+    /// did-change (a subclass's mistake) must not grow the list forever.
+    private static var pendingLimit: Int { 64 }
 
     init(
         key: String?,
@@ -109,7 +118,14 @@ final class ObserverEntry<Root: AnyObject, Value>: AnyObserverEntry, @unchecked 
         guard key != nil, let root = object as? Root else { return }
         guard options.contains(.old) || options.contains(.prior) else { return }
         let old = read(root)
-        stateLock.withLock { pendingOld = old }
+        let thread = Platform.currentThreadToken()
+        // A dropped value may hold operations: released after unlocking.
+        let dropped: (thread: UInt, value: Value)? = stateLock.withLock {
+            let dropped = pendingOld.count >= Self.pendingLimit ? pendingOld.removeFirst() : nil
+            pendingOld.append((thread, old))
+            return dropped
+        }
+        withExtendedLifetime(dropped) {}
         if options.contains(.prior) {
             handler(root, ObservedChange(newValue: nil, oldValue: options.contains(.old) ? old : nil, isPrior: true))
         }
@@ -134,12 +150,21 @@ final class ObserverEntry<Root: AnyObject, Value>: AnyObserverEntry, @unchecked 
             ))
             return
         }
-        let old: Value? = stateLock.withLock {
-            let previous = pendingOld
-            pendingOld = nil
+        let thread = Platform.currentThreadToken()
+        // The replaced `lastValue` may hold operations: released after
+        // unlocking, with the old value.
+        let (old, replaced): (Value?, Value?) = stateLock.withLock {
+            let replaced = lastValue
             lastValue = new
-            return previous
+            // The newest value this thread recorded; a did-change announced
+            // on another thread than its will-change (a custom operation's
+            // code that moved between threads) takes the oldest one left.
+            guard let index = pendingOld.lastIndex(where: { $0.thread == thread }) ?? pendingOld.indices.first else {
+                return (nil, replaced)
+            }
+            return (pendingOld.remove(at: index).value, replaced)
         }
+        withExtendedLifetime(replaced) {}
         handler(root, ObservedChange(
             newValue: options.contains(.new) ? new : nil,
             oldValue: options.contains(.old) ? old : nil,

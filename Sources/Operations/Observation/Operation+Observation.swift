@@ -27,6 +27,11 @@ extension KeyValueObservable where Self: Operation {
     /// observe through `Operation` (`(download as Operation).observe(\.isExecuting)`)
     /// or by string key (`observe(key: "isExecuting")`).
     ///
+    /// With `.old`, each change reports the value read when that change was
+    /// announced with a will-change on the same thread (nested changes of
+    /// one key too, innermost first), as Foundation keeps pending changes
+    /// per thread.
+    ///
     /// Notifications arrive on the thread that made the change, in the order
     /// of the changes, never while a library lock is held. For lifecycle
     /// changes the order is the one Foundation produces, for example

@@ -9,7 +9,10 @@ extension KeyValueObservable where Self: OperationQueue {
     /// `underlyingQueue` and `progress`. `operations` and `operationCount`
     /// change whenever operations are added or finish; observing them costs
     /// a notification per change. Notifications arrive on the thread that
-    /// made the change, never while the queue's lock is held.
+    /// made the change, never while the queue's lock is held. Changes made
+    /// at once on several threads (adds on one, finishes on others) are
+    /// each reported with the old value read when that change began, as
+    /// Foundation keeps pending changes per thread.
     ///
     /// - Returns: A token; observation ends when it is invalidated or released.
     public func observe<Value>(

@@ -37,6 +37,17 @@ enum Platform {
         #endif
     }
 
+    /// An identity for the calling thread, unique among the threads alive
+    /// at the same time: the `pthread_t` handle.
+    @inline(__always)
+    static func currentThreadToken() -> UInt {
+        #if canImport(Glibc)
+        return UInt(pthread_self())
+        #else
+        return UInt(bitPattern: pthread_self())
+        #endif
+    }
+
     /// Whether the calling thread is the process's main thread.
     static func isMainThread(threadID: Int32) -> Bool {
         #if os(Linux)

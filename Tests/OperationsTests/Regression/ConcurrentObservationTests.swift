@@ -1,0 +1,84 @@
+// Old values of changes announced at once on several threads, or nested on
+// one thread: each did-change reports the old value its own will-change read,
+// as Foundation's KVO does (it keeps pending changes per thread).
+
+import Dispatch
+import Testing
+@testable import Operations
+
+/// An operation with a stored property of its own (read by reflection),
+/// announced by hand.
+private final class CountingOperation: Operation, @unchecked Sendable {
+    // @unchecked Sendable: the tests touch `level` from one thread at a
+    // time, handing over through a `Gate`.
+    var level = 0
+}
+
+@Suite("Observed old values under concurrent and nested changes")
+struct ConcurrentObservationTests {
+    @Test("operationCount observed with .old while operations finish on several threads: every change carries its old value")
+    func queueCountOldValues() {
+        let queue = makeQueue("observed-count", width: 4)
+        let changes = Recorder<(Int?, Int?)>()
+        let token = queue.observe(\.operationCount, options: [.old, .new]) { _, change in
+            changes.record((change.oldValue, change.newValue))
+        }
+        // Adds on two threads while workers finish earlier operations: the
+        // will/did pairs of the count interleave across threads.
+        let perThread = 1_000
+        let otherDone = Gate()
+        spawnThread {
+            for _ in 0..<perThread { queue.addOperation {} }
+            otherDone.open()
+        }
+        for _ in 0..<perThread { queue.addOperation {} }
+        #expect(otherDone.wait())
+        #expect(queue.waitUntilAllOperationsAreFinished(timeout: patience))
+        token.invalidate()
+        let events = changes.events
+        #expect(events.count == 4 * perThread, "one change per add and per finish")
+        let missing = events.filter { $0.0 == nil || $0.1 == nil }
+        #expect(missing.isEmpty, "\(missing.count) of \(events.count) changes lacked a value")
+    }
+
+    @Test("changes of one key nested on one thread report their own old values, innermost first")
+    func nestedChanges() {
+        let op = CountingOperation()
+        let changes = Recorder<(Int?, Int?)>()
+        let token = op.observe(key: "level", options: [.old, .new]) { _, change in
+            changes.record((change.oldValue as? Int, change.newValue as? Int))
+        }
+        op.level = 1
+        op.willChangeValue(forKey: "level")
+        op.level = 2
+        op.willChangeValue(forKey: "level")
+        op.level = 3
+        op.didChangeValue(forKey: "level")
+        op.didChangeValue(forKey: "level")
+        token.invalidate()
+        let events = changes.events
+        #expect(events.count == 2)
+        #expect(events.first.map { [$0.0, $0.1] } == [2, 3])
+        #expect(events.last.map { [$0.0, $0.1] } == [1, 3])
+    }
+
+    @Test("a did-change announced on another thread than its will-change still reports the old value")
+    func didChangeOnAnotherThread() {
+        let op = CountingOperation()
+        let changes = Recorder<(Int?, Int?)>()
+        let token = op.observe(key: "level", options: [.old, .new]) { _, change in
+            changes.record((change.oldValue as? Int, change.newValue as? Int))
+        }
+        op.level = 5
+        op.willChangeValue(forKey: "level")
+        op.level = 6
+        let done = Gate()
+        spawnThread {
+            op.didChangeValue(forKey: "level")
+            done.open()
+        }
+        #expect(done.wait())
+        token.invalidate()
+        #expect(changes.events.map { [$0.0, $0.1] } == [[5, 6]])
+    }
+}
