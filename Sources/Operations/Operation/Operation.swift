@@ -184,12 +184,29 @@ open class Operation: @unchecked Sendable {
     open var isReady: Bool { loadState().isBaseReady }
 
     /// Whether the operation runs asynchronously with respect to the thread
-    /// that calls ``start()``. The default is false.
-    open var isAsynchronous: Bool { false }
+    /// that calls ``start()``. The default is false; as in Foundation, a
+    /// class that overrides only the older ``isConcurrent`` (the chapter's
+    /// listings do) answers with that.
+    ///
+    /// A queue ignores it: it calls ``start()`` on a thread of its own
+    /// either way.
+    open var isAsynchronous: Bool {
+        // Only for a class that keeps this base getter: one that overrides
+        // it and calls `super` gets false, so that the two base getters
+        // never call each other in a loop.
+        guard OverrideDetection.isPrecise, overrides(.isConcurrent), !overrides(.isAsynchronous) else { return false }
+        return isConcurrent
+    }
 
-    /// The older name for ``isAsynchronous``; returns ``isAsynchronous``
+    /// The older name for ``isAsynchronous``: returns ``isAsynchronous``
     /// unless overridden.
-    open var isConcurrent: Bool { isAsynchronous }
+    open var isConcurrent: Bool {
+        // An override that calls `super` while the class keeps the base
+        // `isAsynchronous` (which would ask the override again) gets false,
+        // Foundation's base value.
+        if OverrideDetection.isPrecise, overrides(.isConcurrent), !overrides(.isAsynchronous) { return false }
+        return isAsynchronous
+    }
 
     // MARK: Priority and service
 
@@ -204,7 +221,9 @@ open class Operation: @unchecked Sendable {
     }
 
     /// The quality of service for the operation's work. `.default` inherits
-    /// the queue's.
+    /// the queue's; as in Foundation, a queue's quality of service also
+    /// raises a lower one chosen here (it never lowers it). The property
+    /// keeps the value set.
     open var qualityOfService: QualityOfService {
         get { QualityOfService(index: loadState().qosIndex) }
         set {

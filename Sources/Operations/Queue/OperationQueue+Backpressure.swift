@@ -72,7 +72,7 @@ extension OperationQueue {
     /// Wraps `block` in a ``BlockOperation`` and adds it, suspending while
     /// the queue is at its pending limit.
     public func addOperation(_ block: @escaping @Sendable () -> Void) async {
-        await addOperations([BlockOperation(block: block)])
+        await addOperations([makeBlockOperation(block)])
     }
 
     /// Adds `operations`, suspending while they do not fit under the

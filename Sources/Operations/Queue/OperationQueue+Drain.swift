@@ -171,8 +171,7 @@ extension OperationQueue {
 
             if startedInSlice == 0 { sliceStart = pool.hasWaitingJobs ? monotonicNanoseconds() : 0 }
             if let worker {
-                let qos = operation.loadState().qosIndex
-                worker.applyQualityOfService(index: qos == 2 ? queueQoS : qos)
+                worker.applyQualityOfService(index: Self.effectiveQualityOfService(operation: operation.loadState().qosIndex, queue: queueQoS))
             }
             if TraceRecorder.isActive {
                 TraceRecorder.shared.record(.started, operation, queue: self)
@@ -344,5 +343,20 @@ struct FinishPlanBatch: ~Copyable {
         let taken = count
         count = 0
         for index in 0..<taken { body((storage + index).move()) }
+    }
+}
+
+extension OperationQueue {
+    /// The quality of service an operation runs at, by index (2 is
+    /// `.default`, which stands for "none chosen" on either side): the
+    /// queue's for an operation that chose none, the operation's on a queue
+    /// that chose none, otherwise the higher of the two. As in Foundation,
+    /// a queue's quality of service raises its operations' but never lowers
+    /// them.
+    @inline(__always)
+    static func effectiveQualityOfService(operation: Int, queue: Int) -> Int {
+        if operation == 2 { return queue }
+        if queue == 2 { return operation }
+        return max(operation, queue)
     }
 }

@@ -42,7 +42,7 @@ open class OperationQueue: @unchecked Sendable {
     // `storedQualityOfService`, `storedUnderlyingQueue`, `observers`,
     // `pendingLimitPolicy`, `drainWaiters`, `changeWaiters`, `roomWaiters`,
     // `eventSinks`, `nextEventSinkID` and `lastCountsSample` are read and written only while
-    // `lock` is held. `observed` and `hasEventSinks` are atomic. `kind` is
+    // `lock` is held. `observed`, `qualityOfServiceIndex` and `hasEventSinks` are atomic. `kind` is
     // immutable.
 
     /// Where drain loops run.
@@ -62,6 +62,9 @@ open class OperationQueue: @unchecked Sendable {
     @exclusivity(unchecked) final var storedUnderlyingQueue: DispatchQueue?
     @exclusivity(unchecked) final var observers: ObservationRegistry?
     final let observed = Atomic<Bool>(false)
+    /// `storedQualityOfService`'s index, readable without the lock (written
+    /// with it): what `addOperation(_:)` with a block gives the new operation.
+    final let qualityOfServiceIndex = Atomic<Int>(QualityOfService.default.index)
     /// The queue's retain of itself while it holds operations or has
     /// retirements in flight, so that a queue that goes out of scope still
     /// runs everything it holds, and so that its operations can refer to it
@@ -123,6 +126,7 @@ open class OperationQueue: @unchecked Sendable {
         kind = .mainThread
         storedName = "NSOperationQueue Main Queue"
         storedQualityOfService = .userInteractive
+        qualityOfServiceIndex.store(QualityOfService.userInteractive.index, ordering: .relaxed)
         state.width = 1
     }
 
@@ -160,11 +164,19 @@ open class OperationQueue: @unchecked Sendable {
 
     /// The default quality of service of the queue's operations, and its
     /// place among queues on the shared pool. Defaults to `.default`.
+    ///
+    /// As in Foundation, an operation runs at the higher of its own and the
+    /// queue's (an operation at `.default` takes the queue's), and
+    /// `addOperation(_:)` with a block gives the operation it makes from a
+    /// block the queue's quality of service, when it is not `.default`.
     open var qualityOfService: QualityOfService {
         get { lock.withLock { storedQualityOfService } }
         set {
             notifyWillChange(["qualityOfService"])
-            lock.withLock { storedQualityOfService = newValue }
+            lock.withLock {
+                storedQualityOfService = newValue
+                qualityOfServiceIndex.store(newValue.index, ordering: .relaxed)
+            }
             notifyDidChange(["qualityOfService"])
         }
     }
@@ -301,7 +313,17 @@ open class OperationQueue: @unchecked Sendable {
     /// Foundation does, so that a subclass that overrides that method sees
     /// these operations too.
     open func addOperation(_ block: @escaping @Sendable () -> Void) {
-        addOperation(BlockOperation(block: block))
+        addOperation(makeBlockOperation(block))
+    }
+
+    /// The operation the block forms of `addOperation` add: as in
+    /// Foundation, it takes the queue's quality of service when the queue
+    /// has one.
+    final func makeBlockOperation(_ block: @escaping @Sendable () -> Void) -> BlockOperation {
+        let operation = BlockOperation(block: block)
+        let qos = qualityOfServiceIndex.load(ordering: .relaxed)
+        if qos != QualityOfService.default.index { operation.qualityOfService = QualityOfService(index: qos) }
+        return operation
     }
 
     /// Adds several operations in one step and, if `wait` is true, blocks

@@ -12,7 +12,10 @@
 ///   turn;
 /// - `cancelAllOperations()` cancels the operations whose class keeps the
 ///   base `cancel()` in one batch (one queue lock for all of them), and calls
-///   an overridden `cancel()` one operation at a time.
+///   an overridden `cancel()` one operation at a time;
+/// - the base `isAsynchronous` answers with an overridden `isConcurrent`,
+///   and the base `isConcurrent` with `isAsynchronous`, without ever
+///   calling each other back and forth.
 ///
 /// ## How
 /// Swift keeps a class's overridable members in a table inside its type
@@ -38,6 +41,8 @@ enum OverrideDetection {
         case isExecuting
         case isFinished
         case cancel
+        case isAsynchronous
+        case isConcurrent
     }
 
     /// Word offsets of the members' table entries in class metadata, and
@@ -45,8 +50,8 @@ enum OverrideDetection {
     /// on the hot path); `isPrecise` false when the experiment failed.
     private struct Table: Sendable {
         var isPrecise = false
-        var slots: (Int, Int, Int, Int, Int) = (0, 0, 0, 0, 0)
-        var baseEntries: (UInt, UInt, UInt, UInt, UInt) = (0, 0, 0, 0, 0)
+        var slots: (Int, Int, Int, Int, Int, Int, Int) = (0, 0, 0, 0, 0, 0, 0)
+        var baseEntries: (UInt, UInt, UInt, UInt, UInt, UInt, UInt) = (0, 0, 0, 0, 0, 0, 0)
 
         @inline(__always)
         func slot(_ member: Member) -> (offset: Int, base: UInt) {
@@ -56,6 +61,8 @@ enum OverrideDetection {
             case .isExecuting: return (slots.2, baseEntries.2)
             case .isFinished: return (slots.3, baseEntries.3)
             case .cancel: return (slots.4, baseEntries.4)
+            case .isAsynchronous: return (slots.5, baseEntries.5)
+            case .isConcurrent: return (slots.6, baseEntries.6)
             }
         }
     }
@@ -129,6 +136,8 @@ enum OverrideDetection {
             (.isExecuting, ProbeIsExecuting.self),
             (.isFinished, ProbeIsFinished.self),
             (.cancel, ProbeCancel.self),
+            (.isAsynchronous, ProbeIsAsynchronous.self),
+            (.isConcurrent, ProbeIsConcurrent.self),
         ]
         var slots = [Int](repeating: -1, count: Member.allCases.count)
         for (member, probe): (Member, AnyClass) in probes {
@@ -152,8 +161,11 @@ enum OverrideDetection {
         }
         return Table(
             isPrecise: true,
-            slots: (slots[0], slots[1], slots[2], slots[3], slots[4]),
-            baseEntries: (base[slots[0]], base[slots[1]], base[slots[2]], base[slots[3]], base[slots[4]])
+            slots: (slots[0], slots[1], slots[2], slots[3], slots[4], slots[5], slots[6]),
+            baseEntries: (
+                base[slots[0]], base[slots[1]], base[slots[2]], base[slots[3]],
+                base[slots[4]], base[slots[5]], base[slots[6]]
+            )
         )
     }
 }
@@ -175,4 +187,10 @@ private final class ProbeIsFinished: Operation, @unchecked Sendable {
 }
 private final class ProbeCancel: Operation, @unchecked Sendable {
     override func cancel() {}
+}
+private final class ProbeIsAsynchronous: Operation, @unchecked Sendable {
+    override var isAsynchronous: Bool { false }
+}
+private final class ProbeIsConcurrent: Operation, @unchecked Sendable {
+    override var isConcurrent: Bool { false }
 }

@@ -1,0 +1,108 @@
+// Details where Darwin's Foundation is the reference, found by the second
+// black-box conformance pass: each test failed before its fix.
+
+import Dispatch
+import Testing
+@testable import Operations
+
+/// The chapter's style: a concurrent operation that overrides only the older
+/// `isConcurrent`.
+private final class ConcurrentOnlyOperation: Operation, @unchecked Sendable {
+    override var isConcurrent: Bool { true }
+}
+
+/// Overrides `isConcurrent` and asks `super` for its base value.
+private final class ConcurrentCallingSuper: Operation, @unchecked Sendable {
+    override var isConcurrent: Bool { super.isConcurrent }
+}
+
+/// Overrides `isAsynchronous` and asks `super` for its base value.
+private final class AsynchronousCallingSuper: Operation, @unchecked Sendable {
+    override var isAsynchronous: Bool { super.isAsynchronous }
+}
+
+/// Overrides both, with different answers.
+private final class BothOverridden: Operation, @unchecked Sendable {
+    override var isAsynchronous: Bool { true }
+    override var isConcurrent: Bool { false }
+}
+
+@Suite("Darwin details (conformance pass 2)")
+struct DarwinDetailTests {
+    @Test("a class that overrides only isConcurrent is asynchronous (Darwin's base isAsynchronous answers with isConcurrent)")
+    func isConcurrentOnly() {
+        let op = ConcurrentOnlyOperation()
+        #expect(op.isConcurrent)
+        #expect(op.isAsynchronous)
+    }
+
+    @Test("isAsynchronous and isConcurrent: overrides calling super, both overridden, neither, AsyncOperation")
+    func asynchronousCombinations() {
+        #expect(!ConcurrentCallingSuper().isConcurrent)
+        #expect(!ConcurrentCallingSuper().isAsynchronous)
+        #expect(!AsynchronousCallingSuper().isAsynchronous)
+        #expect(!AsynchronousCallingSuper().isConcurrent)
+        let both = BothOverridden()
+        #expect(both.isAsynchronous && !both.isConcurrent)
+        let plain = BlockOperation {}
+        #expect(!plain.isAsynchronous && !plain.isConcurrent)
+        let async = AsyncOperation(block: { _ in })
+        #expect(async.isAsynchronous && async.isConcurrent)
+    }
+}
+
+#if canImport(Glibc)
+import Glibc
+
+/// The calling thread's nice value (Linux: per thread).
+private func currentNice() -> Int32 {
+    getpriority(__priority_which_t(PRIO_PROCESS.rawValue), 0)
+}
+
+@Suite("Quality of service: queue and operation (conformance pass 2)")
+struct QueueQualityOfServiceTests {
+    @Test("an operation's lower quality of service is raised to its queue's, never lowered (Darwin)")
+    func queueRaisesOperations() {
+        let queue = makeQueue("raising-qos", width: 1)
+        queue.qualityOfService = .userInitiated
+        let nices = Recorder<(String, Int32)>()
+        let low = BlockOperation { nices.record(("background", currentNice())) }
+        low.qualityOfService = .background
+        let plain = BlockOperation { nices.record(("default", currentNice())) }
+        queue.addOperations([low, plain], waitUntilFinished: false)
+        #expect(queue.waitUntilAllOperationsAreFinished(timeout: patience))
+        let values = Dictionary(uniqueKeysWithValues: nices.events)
+        #expect(values.count == 2)
+        #expect(values["background"] == values["default"], "\(nices.events)")
+    }
+
+    @Test("the effective quality of service: the queue's for .default operations, the higher of the two otherwise")
+    func effectiveRule() {
+        let index = { (qos: QualityOfService) in qos.index }
+        #expect(OperationQueue.effectiveQualityOfService(operation: index(.default), queue: index(.utility)) == index(.utility))
+        #expect(OperationQueue.effectiveQualityOfService(operation: index(.background), queue: index(.default)) == index(.background))
+        #expect(OperationQueue.effectiveQualityOfService(operation: index(.background), queue: index(.userInitiated)) == index(.userInitiated))
+        #expect(OperationQueue.effectiveQualityOfService(operation: index(.userInteractive), queue: index(.utility)) == index(.userInteractive))
+    }
+}
+#endif
+
+@Suite("addOperation with a block takes the queue's quality of service (conformance pass 2)")
+struct BlockQualityOfServiceTests {
+    @Test("a queue with a quality of service gives it to the operation addOperation(_:) makes from a block (Darwin)")
+    func blockTakesQueueQoS() {
+        let queue = makeQueue("block-qos")
+        queue.isSuspended = true
+        queue.qualityOfService = .utility
+        queue.addOperation {}
+        let plainQueue = makeQueue("block-default-qos")
+        plainQueue.isSuspended = true
+        plainQueue.addOperation {}
+        #expect(queue.operations.first?.qualityOfService == .utility)
+        #expect(plainQueue.operations.first?.qualityOfService == .default)
+        queue.isSuspended = false
+        plainQueue.isSuspended = false
+        #expect(queue.waitUntilAllOperationsAreFinished(timeout: patience))
+        #expect(plainQueue.waitUntilAllOperationsAreFinished(timeout: patience))
+    }
+}
