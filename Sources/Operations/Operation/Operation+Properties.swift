@@ -3,6 +3,9 @@
 
 extension Operation {
     final func setQueuePriority(_ priority: QueuePriority) {
+        // As in Foundation, setting the value it already has changes nothing
+        // and tells no observer.
+        guard loadState().priorityIndex != priority.index else { return }
         let observed = loadState().isObserved
         if observed { notifyWillChange(["queuePriority"]) }
         let queue = withStateLock { state -> OperationQueue? in

@@ -214,7 +214,8 @@ open class Operation: @unchecked Sendable {
     ///
     /// Set it before adding the operation to a queue. A change made while
     /// the operation waits in a queue takes effect for its position among
-    /// the ready operations.
+    /// the ready operations. As in Foundation, setting the value it already
+    /// has tells no observer.
     open var queuePriority: QueuePriority {
         get { QueuePriority(index: loadState().priorityIndex) }
         set { setQueuePriority(newValue) }

@@ -49,6 +49,19 @@ struct DarwinDetailTests {
         let async = AsyncOperation(block: { _ in })
         #expect(async.isAsynchronous && async.isConcurrent)
     }
+
+    @Test("setting queuePriority to the value it has tells no observer (Darwin)")
+    func samePriorityIsSilent() {
+        let op = BlockOperation {}
+        let changes = Recorder<Operation.QueuePriority?>()
+        let token = op.observe(\.queuePriority, options: [.new]) { _, change in changes.record(change.newValue) }
+        op.queuePriority = .normal
+        op.queuePriority = .high
+        op.queuePriority = .high
+        token.invalidate()
+        #expect(changes.events == [.high])
+        #expect(op.queuePriority == .high)
+    }
 }
 
 #if canImport(Glibc)
