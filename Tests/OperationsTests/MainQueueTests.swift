@@ -23,22 +23,50 @@ struct MainQueueTests {
         #expect(meter.peak == 1)
     }
 
-    @Test("main's name, suspension and cancellation work")
+    @Test("main's configuration is fixed, as in Foundation: suspension, name, quality of service, width and underlying queue are ignored, untold")
     func mainQueueSettings() {
         let main = OperationQueue.main
-        #expect(main.name == "NSOperationQueue Main Queue")
+        let told = Recorder<String>()
+        let tokens = [
+            main.observe(\.isSuspended) { _, _ in told.record("isSuspended") },
+            main.observe(\.name) { _, _ in told.record("name") },
+            main.observe(\.qualityOfService) { _, _ in told.record("qualityOfService") },
+            main.observe(\.maxConcurrentOperationCount) { _, _ in told.record("maxConcurrentOperationCount") },
+        ]
         main.isSuspended = true
+        main.name = "renamed main"
+        main.qualityOfService = .background
+        main.maxConcurrentOperationCount = 4
+        main.underlyingQueue = DispatchQueue(label: "other")
+        for token in tokens { token.invalidate() }
+        #expect(!main.isSuspended)
+        #expect(main.name == "NSOperationQueue Main Queue")
+        #expect(main.qualityOfService == .userInteractive)
+        #expect(main.maxConcurrentOperationCount == 1)
+        #expect(main.underlyingQueue?.label == DispatchQueue.main.label)
+        #expect(told.events.isEmpty, "\(told.events)")
         let ran = LockedValue(false)
         let operation = BlockOperation { ran.withLock { $0 = true } }
         main.addOperation(operation)
-        #expect(!operation.waitUntilFinished(timeout: .milliseconds(50)))
-        #expect(!ran.withLock { $0 })
-        operation.cancel()
-        main.isSuspended = false
-        #expect(operation.waitUntilFinished(timeout: .seconds(10)))
-        #expect(!ran.withLock { $0 })
-        #expect(operation.isCancelled)
-        main.maxConcurrentOperationCount = 4
-        #expect(main.maxConcurrentOperationCount == 1)
+        #expect(operation.waitUntilFinished(timeout: .seconds(10)), "main cannot be suspended")
+        #expect(ran.withLock { $0 })
+    }
+
+    @Test("cancelAllOperations() does nothing on main, as in Foundation; cancelling one operation does")
+    func mainQueueCancelAll() {
+        let main = OperationQueue.main
+        let gate = Gate()
+        let ranSecond = LockedValue(false)
+        let first = BlockOperation { _ = gate.wait() }
+        let second = BlockOperation { ranSecond.withLock { $0 = true } }
+        let third = BlockOperation {}
+        main.addOperations([first, second, third], waitUntilFinished: false)
+        main.cancelAllOperations()
+        #expect(!first.isCancelled && !second.isCancelled && !third.isCancelled)
+        third.cancel()
+        gate.open()
+        #expect(main.waitUntilAllOperationsAreFinished(timeout: .seconds(10)))
+        #expect(ranSecond.withLock { $0 })
+        #expect(third.isCancelled && third.isFinished)
     }
 }

@@ -141,6 +141,8 @@ open class OperationQueue: @unchecked Sendable {
             return stored ?? defaultName
         }
         set {
+            // As in Foundation, the main queue keeps its name.
+            guard kind == .pool else { return }
             notifyWillChange(["name"])
             let old = lock.withLock { () -> String? in
                 defer { storedName = newValue }
@@ -172,6 +174,8 @@ open class OperationQueue: @unchecked Sendable {
     open var qualityOfService: QualityOfService {
         get { lock.withLock { storedQualityOfService } }
         set {
+            // As in Foundation, the main queue keeps `.userInteractive`.
+            guard kind == .pool else { return }
             notifyWillChange(["qualityOfService"])
             lock.withLock {
                 storedQualityOfService = newValue
@@ -227,6 +231,8 @@ open class OperationQueue: @unchecked Sendable {
     open var isSuspended: Bool {
         get { lock.withLock { state.isSuspended } }
         set {
+            // As in Foundation, the main queue cannot be suspended.
+            guard kind == .pool else { return }
             notifyWillChange(["isSuspended"])
             let effects = lock.withLock { () -> QueueEffects in
                 state.isSuspended = newValue
@@ -353,6 +359,9 @@ open class OperationQueue: @unchecked Sendable {
     /// finished. Running operations see ``Operation/isCancelled`` and are
     /// expected to stop early.
     open func cancelAllOperations() {
+        // As in Foundation, a no-op on the main queue: cancel its operations
+        // one by one.
+        guard kind == .pool else { return }
         let snapshot = lock.withLock { state.operations }
         // Operations whose class keeps the base `cancel()` and `isReady` are
         // moved to the cancelled lane in batches, one lock acquisition each;
@@ -438,8 +447,14 @@ open class OperationQueue: @unchecked Sendable {
     /// They run when the main thread services the main dispatch queue
     /// (`dispatchMain()`, a Foundation run loop, the main actor), or while
     /// the main thread waits for them with ``waitUntilAllOperationsAreFinished()``
-    /// or ``Operation/waitUntilFinished()``. Suspension, cancellation and
-    /// the name work as on any queue.
+    /// or ``Operation/waitUntilFinished()``.
+    ///
+    /// As in Foundation, its configuration is fixed: setting ``isSuspended``,
+    /// ``name``, ``qualityOfService`` (`.userInteractive`),
+    /// ``maxConcurrentOperationCount`` (1) or ``underlyingQueue``
+    /// (`DispatchQueue.main`) changes nothing and tells no observer, and
+    /// ``cancelAllOperations()`` does nothing; cancel its operations one by
+    /// one with ``Operation/cancel()``.
     open class var main: OperationQueue { mainQueue }
 
     /// A one-line description with the name and counts.
