@@ -49,15 +49,22 @@ extension Operation {
     }
 
     final func setThreadPriority(_ priority: Double) {
-        guard priority >= 0, priority <= 1, !priority.isNaN else {
-            OperationMisuse.report(
+        // As in Foundation, the value only counts before the operation
+        // starts: later it is ignored.
+        let snapshot = loadState()
+        guard !snapshot.hasBaseStarted, !snapshot.isFinished else { return }
+        var priority = priority
+        if !(priority >= 0 && priority <= 1) {
+            // Tolerated: refused under a handler; otherwise clamped to
+            // 0.0 ... 1.0, as Foundation does (NaN keeps the current value).
+            if OperationMisuse.reportTolerated(
                 .invalidThreadPriority,
                 subject: .operation(self),
-                "was given threadPriority \(priority); it must be between 0.0 and 1.0."
-            )
-            return
+                "was given threadPriority \(priority); it must be between 0.0 and 1.0. With no misuse handler installed it is clamped to that range, as on Darwin."
+            ) || priority.isNaN { return }
+            priority = min(max(priority, 0), 1)
         }
-        let observed = loadState().isObserved
+        let observed = snapshot.isObserved
         if observed { notifyWillChange(["threadPriority"]) }
         withStateLock { state in
             extrasWhileLocked().threadPriority = priority

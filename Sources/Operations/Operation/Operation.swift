@@ -247,7 +247,10 @@ open class Operation: @unchecked Sendable {
     /// threads, which are retired after the operation because they could
     /// not be restored; on a thread of yours it is skipped.
     ///
-    /// A value outside 0.0 ... 1.0 is a misuse (``OperationMisuse/Code/invalidThreadPriority``).
+    /// Set it before the operation starts: as in Foundation, a value set
+    /// later is ignored. A value outside 0.0 ... 1.0 is the tolerated misuse
+    /// ``OperationMisuse/Code/invalidThreadPriority``: refused under a misuse
+    /// handler, otherwise clamped to the range, as Foundation does.
     open var threadPriority: Double {
         get { withStateLock { _ in extras?.threadPriority ?? 0.5 } }
         set { setThreadPriority(newValue) }

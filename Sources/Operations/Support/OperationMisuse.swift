@@ -44,7 +44,7 @@ public struct OperationMisuse: Error, Sendable, CustomStringConvertible {
         /// try to add a completion block to an operation that is already
         /// executing or finished").
         ///
-        /// The one *tolerated* misuse. With a handler installed, the handler
+        /// A *tolerated* misuse. With a handler installed, the handler
         /// receives it and the block is refused, as for every other code.
         /// With no handler, the process does not trap: today's Darwin
         /// Foundation accepts the block, and ported code such as
@@ -69,7 +69,12 @@ public struct OperationMisuse: Error, Sendable, CustomStringConvertible {
         public static let duplicateInBatch = Code("duplicateInBatch")
         /// `maxConcurrentOperationCount` was set below -1.
         public static let invalidMaxConcurrentOperationCount = Code("invalidMaxConcurrentOperationCount")
-        /// `threadPriority` was set outside 0.0 ... 1.0.
+        /// `threadPriority` was set outside 0.0 ... 1.0 (or to NaN).
+        ///
+        /// Tolerated, as ``completionBlockAfterStart`` is: with a handler
+        /// installed the value is refused; with none the process does not
+        /// trap and, as in Darwin's Foundation, the value is clamped to the
+        /// range (NaN is ignored).
         public static let invalidThreadPriority = Code("invalidThreadPriority")
         /// A dependency would close a cycle, while
         /// ``OperationMisuse/reportsDependencyCycles`` is on.
@@ -181,7 +186,8 @@ public struct OperationMisuse: Error, Sendable, CustomStringConvertible {
         _ = reportReturning(code, subject: subject, detail, cycle: cycle)
     }
 
-    /// Reports a tolerated misuse (``Code/completionBlockAfterStart``):
+    /// Reports a tolerated misuse (``Code/completionBlockAfterStart``,
+    /// ``Code/invalidThreadPriority``):
     /// observers always hear of it; a handler, if one is installed, receives
     /// it. Returns whether the call is refused, which is when a handler was
     /// installed. With no handler it returns false instead of trapping.

@@ -50,6 +50,38 @@ struct DarwinDetailTests {
         #expect(async.isAsynchronous && async.isConcurrent)
     }
 
+    @Test("threadPriority set once the operation has started is ignored (Darwin)")
+    func threadPriorityAfterStart() {
+        let op = BlockOperation()
+        let inBody = Recorder<Double>()
+        op.addExecutionBlock { [unowned op] in
+            op.threadPriority = 0.9
+            inBody.record(op.threadPriority)
+        }
+        op.threadPriority = 0.3
+        op.start()
+        op.threadPriority = 0.2
+        #expect(inBody.events == [0.3])
+        #expect(op.threadPriority == 0.3)
+    }
+
+    @Test("with no misuse handler, an out-of-range threadPriority is clamped, not trapped (Darwin); NaN is ignored")
+    func threadPriorityClamped() async {
+        await #expect(processExitsWith: .success) {
+            let reports = ReportCollector(mentioning: "clamped-priority")
+            defer { reports.cancel() }
+            let op = BlockOperation {}
+            op.name = "clamped-priority"
+            op.threadPriority = 2.0
+            #expect(op.threadPriority == 1.0)
+            op.threadPriority = -1
+            #expect(op.threadPriority == 0.0)
+            op.threadPriority = .nan
+            #expect(op.threadPriority == 0.0)
+            #expect(reports.all.map(\.kind) == Array(repeating: .misuse(.invalidThreadPriority), count: 3))
+        }
+    }
+
     @Test("setting queuePriority to the value it has tells no observer (Darwin)")
     func samePriorityIsSilent() {
         let op = BlockOperation {}
