@@ -201,10 +201,9 @@ open class Operation: @unchecked Sendable {
     /// The older name for ``isAsynchronous``: returns ``isAsynchronous``
     /// unless overridden.
     open var isConcurrent: Bool {
-        // An override that calls `super` while the class keeps the base
-        // `isAsynchronous` (which would ask the override again) gets false,
-        // Foundation's base value.
-        if OverrideDetection.isPrecise, overrides(.isConcurrent), !overrides(.isAsynchronous) { return false }
+        // As in Foundation, an override that calls `super` gets false (the
+        // base `isAsynchronous` would ask the override again).
+        if OverrideDetection.isPrecise, overrides(.isConcurrent) { return false }
         return isAsynchronous
     }
 

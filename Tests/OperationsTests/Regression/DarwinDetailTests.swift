@@ -21,6 +21,12 @@ private final class AsynchronousCallingSuper: Operation, @unchecked Sendable {
     override var isAsynchronous: Bool { super.isAsynchronous }
 }
 
+/// Overrides both; `isConcurrent` asks `super`.
+private final class BothCallingSuper: Operation, @unchecked Sendable {
+    override var isAsynchronous: Bool { true }
+    override var isConcurrent: Bool { super.isConcurrent }
+}
+
 /// Overrides both, with different answers.
 private final class BothOverridden: Operation, @unchecked Sendable {
     override var isAsynchronous: Bool { true }
@@ -42,6 +48,7 @@ struct DarwinDetailTests {
         #expect(!ConcurrentCallingSuper().isAsynchronous)
         #expect(!AsynchronousCallingSuper().isAsynchronous)
         #expect(!AsynchronousCallingSuper().isConcurrent)
+        #expect(!BothCallingSuper().isConcurrent, "Darwin: the base isConcurrent answers NO to an override calling super")
         let both = BothOverridden()
         #expect(both.isAsynchronous && !both.isConcurrent)
         let plain = BlockOperation {}
