@@ -22,11 +22,17 @@ extension Operation {
     ///
     /// `announced` is true when the caller already sent the will-change.
     final func bodyDidFinish(wasExecuting: Bool, announced: Bool) -> FinishPlan? {
-        let observed = loadState().isObserved
+        var observed = loadState().isObserved
         if !observed, !announced, !overrides(.isFinished) {
             // Nothing to announce, and the base state is the truth: the body's
-            // end and the start of finishing share one critical section.
-            return beginFinish(announcing: [], endingBody: true)
+            // end and the start of finishing share one critical section,
+            // unless an observer registered since the snapshot above (it may
+            // already have read "not finished": it must hear the change, or a
+            // `stateChanges` stream taken now would never end).
+            var becameObserved = false
+            let plan = beginFinish(announcing: [], endingBody: true, unlessObserved: &becameObserved)
+            guard becameObserved else { return plan }
+            observed = true
         }
         let keys: LifecycleKeys = observed || announced ? (wasExecuting ? [.isExecuting, .isFinished] : .isFinished) : []
         if observed, !announced { notifyWillChange(keys.names) }
@@ -58,12 +64,31 @@ extension Operation {
     /// With `endingBody`, the base state also becomes finished (see
     /// `bodyDidFinish`), in the same critical section.
     final func beginFinish(announcing keys: LifecycleKeys, endingBody: Bool = false) -> FinishPlan? {
+        var unused = false
+        return beginFinish(announcing: keys, endingBody: endingBody, unlessObserved: &unused, checkingObserved: false)
+    }
+
+    /// `beginFinish`, except that if the operation is observed when the lock
+    /// is taken it changes nothing, sets `becameObserved` and returns nil:
+    /// the caller announces the change instead.
+    final func beginFinish(
+        announcing keys: LifecycleKeys,
+        endingBody: Bool,
+        unlessObserved becameObserved: inout Bool,
+        checkingObserved: Bool = true
+    ) -> FinishPlan? {
         // Cancellation handlers (an async body's task) are useless once the
         // operation finished; they may capture user values, so they are
         // released outside the lock (`discarded`).
         var discarded: [@Sendable () -> Void] = []
         var droppedInputs = OperationList.empty
+        var observedNow = false
+        defer { becameObserved = observedNow }
         let plan = withStateLock { state -> FinishPlan? in
+            if checkingObserved, state.isObserved {
+                observedNow = true
+                return nil
+            }
             if endingBody { _ = state.finishBody() }
             guard state.beginFinishing() else { return nil }
             if storedDependents.isEmpty, storedDependencies.isEmpty, extras == nil, keys.isEmpty {

@@ -3,6 +3,7 @@
 // as Foundation's KVO does (it keeps pending changes per thread).
 
 import Dispatch
+import Synchronization
 import Testing
 @testable import Operations
 
@@ -80,5 +81,78 @@ struct ConcurrentObservationTests {
         #expect(done.wait())
         token.invalidate()
         #expect(changes.events.map { [$0.0, $0.1] } == [[5, 6]])
+    }
+}
+
+/// Two threads meet, then one of them waits `delay` spins: sweeping the
+/// delay over the iterations sweeps the race window.
+private final class Meeting: Sendable {
+    private let arrived = Atomic<Int>(0)
+
+    func arrive(spinning delay: Int) {
+        arrived.add(1, ordering: .acquiringAndReleasing)
+        let clock = ContinuousClock()
+        let deadline = clock.now + .seconds(1)
+        while arrived.load(ordering: .acquiring) < 2, clock.now < deadline {}
+        var sink = 0
+        for index in 0..<delay { sink &+= index }
+        withExtendedLifetime(sink) {}
+    }
+}
+
+@Suite("An observer registered while the operation finishes (regression: probe 7, finding 2)")
+struct ObserverRacesFinishTests {
+    /// Thread B registers an `isFinished` observer with `.initial` while
+    /// thread A runs the operation. The finishing side decided from a
+    /// snapshot taken before the registration that nobody observed it, so
+    /// an observer whose initial value was `false` never heard `true` (and a
+    /// `stateChanges` stream taken then never ended).
+    @Test("an isFinished observer that saw false at registration is always told true")
+    func observerRegisteredDuringFinish() {
+        var missed = 0
+        for iteration in 0..<3_000 {
+            let op = BlockOperation {}
+            let meeting = Meeting()
+            let values = Recorder<Bool>()
+            let registered = Gate()
+            let tokenBox = LockedValue<KeyValueObservation?>(nil)
+            spawnThread {
+                meeting.arrive(spinning: iteration % 2 == 0 ? iteration % 64 : 0)
+                let token = op.observe(\.isFinished, options: [.initial, .new]) { _, change in
+                    if let value = change.newValue { values.record(value) }
+                }
+                tokenBox.withLock { $0 = token }
+                registered.open()
+            }
+            meeting.arrive(spinning: iteration % 2 == 1 ? iteration % 64 : 0)
+            op.start()
+            #expect(registered.wait())
+            let told = values.events
+            if told.first == false, !told.contains(true) { missed += 1 }
+            tokenBox.withLock { $0?.invalidate() }
+        }
+        #expect(missed == 0, "\(missed) observers saw isFinished false at registration and were never told true")
+    }
+
+    @Test("a stateChanges stream taken while the operation finishes ends")
+    func streamTakenDuringFinish() async {
+        for iteration in 0..<1_000 {
+            let op = BlockOperation {}
+            let meeting = Meeting()
+            spawnThread {
+                meeting.arrive(spinning: iteration % 2 == 0 ? iteration % 128 : 0)
+                op.start()
+            }
+            meeting.arrive(spinning: iteration % 2 == 1 ? iteration % 128 : 0)
+            let stream = op.stateChanges
+            do {
+                try await withTimeLimit(10) {
+                    for await _ in stream {}
+                }
+            } catch {
+                Issue.record("a stateChanges stream taken while the operation finished never ended: \(error)")
+                return
+            }
+        }
     }
 }
