@@ -102,14 +102,18 @@ extension OperationQueue {
             if linked == 0, state.pendingLimit != nil, !state.hasRoom(for: total), !isCalledFromInside() {
                 if mode == .attempt {
                     lock.unlock()
+                    // Misuse first, as an add that found room reports it:
+                    // with nothing valid left, there is nothing to wait for.
+                    let valid = removingRefusedAdds(operations.filter { !refusedByGetter.contains(ObjectIdentifier($0)) })
+                    if valid.isEmpty { return [] }
                     if instrumented {
-                        for operation in operations { OperationInstrumentation.emit(.rejected, operation, queue: self) }
+                        for operation in valid { OperationInstrumentation.emit(.rejected, operation, queue: self) }
                     }
                     return nil
                 }
                 if pendingLimitPolicy == .reject {
                     lock.unlock()
-                    refuseForLackOfRoom(operations.filter { !refusedByGetter.contains(ObjectIdentifier($0)) })
+                    refuseForLackOfRoom(removingRefusedAdds(operations.filter { !refusedByGetter.contains(ObjectIdentifier($0)) }))
                     return []
                 }
                 guard waitForRoomLocked(count: total) else { return [] }
@@ -213,10 +217,40 @@ extension OperationQueue {
         return true
     }
 
-    /// Refuses operations that found no room under `.reject`: they are
-    /// cancelled and, if their class keeps the base `start()`, finished
-    /// without running their work (their completion blocks run). They are
-    /// not added.
+    /// The operations of `operations` that this queue may add, each once:
+    /// the others are reported as an add reports them (a duplicate in the
+    /// batch, an operation of another queue or of this one, an executing or
+    /// finished one) and left untouched. Checked without claiming anything,
+    /// where the pending limit refuses the add before the claim: refusing
+    /// for lack of room cancels and finishes operations, which must never
+    /// touch one that is not this call's to refuse.
+    final func removingRefusedAdds(_ operations: [Operation]) -> [Operation] {
+        var seen = Set<ObjectIdentifier>()
+        var valid: [Operation] = []
+        valid.reserveCapacity(operations.count)
+        for operation in operations {
+            guard seen.insert(ObjectIdentifier(operation)).inserted else {
+                reportRefusedAdd(operation, refusal: .alreadyEnqueued, owner: self, batch: operations)
+                continue
+            }
+            if let (refusal, owner) = operation.enqueueRefusal() {
+                reportRefusedAdd(operation, refusal: refusal, owner: owner, batch: [operation])
+                continue
+            }
+            if let refusal = operation.reportedEnqueueRefusal() {
+                reportRefusedAdd(operation, refusal: refusal, owner: nil, batch: [])
+                continue
+            }
+            valid.append(operation)
+        }
+        return valid
+    }
+
+    /// Refuses operations that found no room under `.reject` (or whose
+    /// async add was cancelled while waiting for room), after
+    /// `removingRefusedAdds`: they are cancelled and, if their class keeps
+    /// the base `start()`, finished without running their work (their
+    /// completion blocks run). They are not added.
     final func refuseForLackOfRoom(_ operations: [Operation]) {
         for operation in operations {
             if OperationInstrumentation.isActive { OperationInstrumentation.emit(.rejected, operation, queue: self) }
@@ -236,7 +270,7 @@ extension OperationQueue {
         }
     }
 
-    private func reportRefusedAdd(
+    func reportRefusedAdd(
         _ operation: Operation,
         refusal: OperationState.EnqueueRefusal,
         owner: OperationQueue?,
@@ -254,7 +288,7 @@ extension OperationQueue {
         case .alreadyEnqueued:
             if owner === self, batch.filter({ $0 === operation }).count > 1 {
                 code = .duplicateInBatch
-                detail = "appears more than once in one addOperations call to \(misuseSubject); it was added once."
+                detail = "appears more than once in one addOperations call to \(misuseSubject); only its first occurrence counts."
             } else if let owner, owner !== self {
                 code = .alreadyInQueue
                 detail = "was added to \(misuseSubject), but it already belongs to \(owner.misuseSubject). An operation can be in one queue, once."
@@ -279,6 +313,16 @@ extension Operation {
             }
             membership = Unmanaged.passUnretained(queue)
             return nil
+        }
+    }
+
+    /// Why the operation could not be claimed for a queue now (and the
+    /// queue that owns it, if any), without claiming it.
+    final func enqueueRefusal() -> (OperationState.EnqueueRefusal, OperationQueue?)? {
+        withStateLock { state in
+            var probe = state
+            guard let refusal = probe.enqueue() else { return nil }
+            return (refusal, state.isRetired ? nil : membership?.takeUnretainedValue())
         }
     }
 

@@ -78,10 +78,16 @@ extension OperationQueue {
     /// Adds `operations`, suspending while they do not fit under the
     /// pending limit.
     public func addOperations(_ operations: [Operation]) async {
+        // Misuse is reported once, up front; only the rest waits for room
+        // (and is refused if the wait is cancelled).
+        let operations = pendingLimit != nil ? removingRefusedAdds(operations) : operations
+        if operations.isEmpty { return }
         while true {
             if admit(operations, mode: .attempt) != nil { return }
             if Task.isCancelled {
-                refuseForLackOfRoom(operations)
+                // Only what is still this call's to refuse (another thread
+                // may have queued or started one meanwhile).
+                refuseForLackOfRoom(operations.filter { $0.enqueueRefusal() == nil })
                 return
             }
             guard await waitForRoomAsync(count: operations.count) else { return }

@@ -1,0 +1,102 @@
+// Misuse under a pending limit (regression: probe 7, finding 1). A refusal
+// "for lack of room" cancels and finishes the refused operations; it ran
+// before the add's own checks, so it cancelled another queue's operation
+// (or a running or finished one) and reported the wrong rule.
+
+import Dispatch
+import Testing
+@testable import Operations
+
+/// A queue held full: suspended, with a limit of one and one operation in.
+private func fullQueue(_ name: String, policy: PendingLimitPolicy) -> OperationQueue {
+    let queue = makeQueue(name)
+    queue.isSuspended = true
+    queue.setPendingLimit(1, policy: policy)
+    queue.addOperation(BlockOperation {})
+    return queue
+}
+
+/// An operation waiting in another, suspended queue.
+private func operationOfAnotherQueue(_ name: String) -> (BlockOperation, OperationQueue, Counter) {
+    let owner = makeQueue(name)
+    owner.isSuspended = true
+    let ran = Counter()
+    let operation = BlockOperation { ran.increment() }
+    operation.name = "owned"
+    owner.addOperation(operation)
+    return (operation, owner, ran)
+}
+
+/// Resumes `queues` and waits for them.
+private func drain(_ queues: OperationQueue..., sourceLocation: SourceLocation = #_sourceLocation) {
+    for queue in queues { queue.isSuspended = false }
+    for queue in queues {
+        #expect(queue.waitUntilAllOperationsAreFinished(timeout: patience), sourceLocation: sourceLocation)
+    }
+}
+
+@Suite("Misuse under a pending limit is reported as an add reports it, and touches nothing")
+struct PendingLimitMisuseTests {
+    @Test("reject policy: another queue's operation is reported (alreadyInQueue), not cancelled, and still runs")
+    func rejectForeignOperation() {
+        let queue = fullQueue("full-reject", policy: .reject)
+        let (operation, owner, ran) = operationOfAnotherQueue("owner-reject")
+        let reported = misuses { queue.addOperation(operation) }
+        #expect(reported.map(\.code) == [.alreadyInQueue], "\(describeMisuses(reported))")
+        #expect(!operation.isCancelled)
+        drain(queue, owner)
+        #expect(ran.count == 1)
+    }
+
+    @Test("reject policy: a finished operation is addedAfterStart; a duplicate in the batch is duplicateInBatch")
+    func rejectFinishedAndDuplicate() {
+        let queue = fullQueue("full-reject-2", policy: .reject)
+        let finished = BlockOperation {}
+        finished.start()
+        let twice = BlockOperation {}
+        let reported = misuses {
+            queue.addOperation(finished)
+            queue.addOperations([twice, twice], waitUntilFinished: false)
+        }
+        #expect(reported.map(\.code) == [.addedAfterStart, .duplicateInBatch], "\(describeMisuses(reported))")
+        #expect(!finished.isCancelled)
+        #expect(twice.isCancelled && twice.isFinished, "its first occurrence was refused for lack of room")
+        drain(queue)
+    }
+
+    @Test("tryAddOperation on a full queue reports another queue's operation and leaves it alone")
+    func tryAddForeignOperation() {
+        let queue = fullQueue("full-try", policy: .block)
+        let (operation, owner, ran) = operationOfAnotherQueue("owner-try")
+        let (added, reported) = recordingMisuse { queue.tryAddOperation(operation) }
+        #expect(!added)
+        #expect(reported.map(\.code) == [.alreadyInQueue], "\(describeMisuses(reported))")
+        #expect(!operation.isCancelled)
+        drain(queue, owner)
+        #expect(ran.count == 1)
+    }
+
+    @Test("a cancelled async add waiting for room does not cancel another queue's operation")
+    func cancelledAsyncAddOfForeignOperation() async throws {
+        let queue = fullQueue("full-async", policy: .block)
+        let (operation, owner, ran) = operationOfAnotherQueue("owner-async")
+        let reported = try await recordingMisuseAsync {
+            let producer = Task { await queue.addOperation(operation) }
+            producer.cancel()
+            try await withTimeLimit { await producer.value }
+        }
+        #expect(reported.map(\.code) == [.alreadyInQueue], "\(describeMisuses(reported))")
+        #expect(!operation.isCancelled)
+        drain(queue, owner)
+        #expect(ran.count == 1)
+    }
+}
+
+/// Collects the misuses reported while the async `body` runs.
+private func recordingMisuseAsync(_ body: () async throws -> Void) async rethrows -> [OperationMisuse] {
+    let log = Recorder<OperationMisuse>()
+    try await OperationMisuse.withHandler({ log.record($0) }) {
+        try await body()
+    }
+    return log.events
+}
