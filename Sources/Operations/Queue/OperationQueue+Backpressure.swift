@@ -25,7 +25,12 @@ extension OperationQueue {
     /// work (operation bodies, `async` bodies, completion blocks, observers)
     /// are never held back (they could wait for themselves), so such adds
     /// can exceed the bound. Lowering the limit below the current count
-    /// affects only later adds.
+    /// affects only later adds. When room is made, every waiting add that
+    /// now fits goes ahead, in arrival order: a batch that does not fit yet
+    /// does not hold back a smaller add behind it. Misuse (an operation of
+    /// another queue, an executing or finished one, one twice in a batch)
+    /// is reported as an add with room reports it, before any wait or
+    /// refusal for lack of room, and such an operation is left untouched.
     ///
     /// - Parameters:
     ///   - limit: At least 1, or nil to remove the bound. A value below 1 is

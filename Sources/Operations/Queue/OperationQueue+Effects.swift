@@ -77,9 +77,21 @@ extension OperationQueue {
             changeWaiters = []
         }
         if !roomWaiters.isEmpty {
-            while let first = roomWaiters.first, state.hasRoom(for: first.count) {
-                roomWaiters.removeFirst()
-                effects.addingWakeups().resumptions.append(first.resume)
+            // Every waiter that fits, in arrival order, counting the room
+            // the earlier ones will take. Not only the first ones: a batch
+            // that does not fit yet must not hold back a later add that
+            // does, which the batch may be waiting for (probe 7).
+            var taken = 0
+            var index = 0
+            while index < roomWaiters.count {
+                let waiter = roomWaiters[index]
+                guard state.hasRoom(for: taken + waiter.count) else {
+                    index += 1
+                    continue
+                }
+                taken += waiter.count
+                roomWaiters.remove(at: index)
+                effects.addingWakeups().resumptions.append(waiter.resume)
             }
         }
         return effects

@@ -100,3 +100,41 @@ private func recordingMisuseAsync(_ body: () async throws -> Void) async rethrow
     }
     return log.events
 }
+
+@Suite("Adds waiting for room (regression: probe 7, finding 3)")
+struct RoomWaitersTests {
+    /// A batch of three waits for an empty queue; behind it, a single add
+    /// fits as soon as two fillers finish, and the queue's last operation
+    /// depends on it. Woken strictly in arrival order, the single add waited
+    /// behind the batch, which waited for the queue to empty: both forever.
+    @Test("an add that fits goes ahead of an earlier batch that does not")
+    func laterAddThatFitsIsNotHeldBack() {
+        let queue = makeQueue("room-waiters")
+        queue.setPendingLimit(3)
+        let release = Gate()
+        let needed = BlockOperation {}
+        let last = BlockOperation {}
+        last.addDependency(needed)
+        queue.addOperations([last, BlockOperation { _ = release.wait() }, BlockOperation { _ = release.wait() }], waitUntilFinished: false)
+        let batchAdded = Gate()
+        let batchWaiting = Gate()
+        spawnThread {
+            batchWaiting.open()
+            queue.addOperations([BlockOperation {}, BlockOperation {}, BlockOperation {}], waitUntilFinished: false)
+            batchAdded.open()
+        }
+        // Usually the batch registers as a waiter before the single add
+        // below does (the order the defect needed); either order must work.
+        #expect(batchWaiting.wait())
+        let singleAdded = Gate()
+        spawnThread {
+            queue.addOperation(needed)
+            singleAdded.open()
+        }
+        release.open()
+        #expect(singleAdded.wait(), "the add that fits waited behind the batch")
+        #expect(batchAdded.wait(), "the batch never got in")
+        #expect(queue.waitUntilAllOperationsAreFinished(timeout: patience))
+        #expect(last.isFinished)
+    }
+}
