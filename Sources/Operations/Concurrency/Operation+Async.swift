@@ -31,7 +31,8 @@ extension Operation {
     ///
     /// Cancelling the awaiting task cancels the operation; this still waits
     /// until the operation finishes (a cancelled operation that has not
-    /// started finishes promptly; a running one when it notices). A wait
+    /// started finishes promptly, unless its queue is suspended: then, as in
+    /// Foundation, when the queue resumes; a running one when it notices). A wait
     /// that can never end — for the operation from inside its own `async`
     /// body, for one that depends on it, or one queued behind it — is a
     /// misuse (``OperationMisuse/Code/waitDeadlock``) and returns at once.

@@ -59,7 +59,9 @@ extension OperationQueue {
     /// room under the pending limit; among ready operations it goes by
     /// `priority`. The body runs in a task at the priority matching
     /// `qualityOfService` (or the queue's), holding a slot but no thread.
-    /// Cancelling the awaiting task cancels the operation.
+    /// Cancelling the awaiting task cancels the operation; the call returns
+    /// once it has finished (on a suspended queue, as in Foundation, a
+    /// cancelled operation finishes when the queue resumes).
     ///
     /// - Throws: The body's error, or `CancellationError` if the operation was
     ///   cancelled before its body ran.

@@ -122,7 +122,7 @@ open class Operation: @unchecked Sendable {
     /// ready at once, even with unfinished dependencies (breaking a
     /// dependency cycle, for example); when it is started it finishes without
     /// running ``main()``. In a queue, such an operation is retired promptly
-    /// and without a slot of ``OperationQueue/maxConcurrentOperationCount``,
+    /// (once the queue is not suspended, as in Foundation) and without a slot of ``OperationQueue/maxConcurrentOperationCount``,
     /// unless its class overrides ``start()``, in which case its `start()` is
     /// called in its turn. Cancelling a finished or already-cancelled
     /// operation does nothing.

@@ -356,8 +356,9 @@ open class OperationQueue: @unchecked Sendable {
 
     /// Cancels every operation in the queue. Cancelled operations that have
     /// not started are retired promptly, even if their dependencies have not
-    /// finished. Running operations see ``Operation/isCancelled`` and are
-    /// expected to stop early.
+    /// finished (on a suspended queue, as in Foundation, once it resumes).
+    /// Running operations see ``Operation/isCancelled`` and are expected to
+    /// stop early.
     open func cancelAllOperations() {
         // As in Foundation, a no-op on the main queue: cancel its operations
         // one by one.
