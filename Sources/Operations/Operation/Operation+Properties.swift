@@ -18,7 +18,7 @@ extension Operation {
 
     final func setCompletionBlock(_ block: (@Sendable () -> Void)?) {
         let snapshot = loadState()
-        if block != nil, snapshot.hasBaseStarted || snapshot.isFinished {
+        if block != nil, snapshot.hasBaseStarted || snapshot.isFinished || startedByQueue(snapshot) {
             // The chapter's rule, tolerated: refused only when a handler is
             // installed (the refused block is released by the caller's
             // frame, outside every lock).
@@ -46,6 +46,15 @@ extension Operation {
         // after unlocking.
         withExtendedLifetime(released) {}
         if observed { notifyDidChange(["completionBlock"]) }
+    }
+
+    /// For a class that overrides `start()` (whose base state never says
+    /// "executing"): whether its queue has called that `start()` and it has
+    /// not left the queue yet.
+    private func startedByQueue(_ snapshot: OperationState) -> Bool {
+        guard snapshot.isEnqueued, overrides(.start),
+              let queue = withStateLock({ queueForNews($0) }) else { return false }
+        return queue.hasStarted(self)
     }
 
     final func setThreadPriority(_ priority: Double) {

@@ -305,3 +305,14 @@ extension OperationQueue {
         return "\(operation?.misuseSubject ?? misuseSubject): \(problem)"
     }
 }
+
+extension OperationQueue {
+    /// Whether this queue has called `operation`'s `start()` and still holds
+    /// it. Only for an operation this queue owns (or owned: a finished one
+    /// is unlinked and never joins another queue).
+    final func hasStarted(_ operation: Operation) -> Bool {
+        lock.withLock {
+            operation.queueLink.has(QueueLink.Flags.linked) && operation.queueLink.has(QueueLink.Flags.dispatched)
+        }
+    }
+}

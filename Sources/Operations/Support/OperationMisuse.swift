@@ -53,9 +53,10 @@ public struct OperationMisuse: Error, Sendable, CustomStringConvertible {
         /// ``OperationReporting`` observers, and the block behaves as on
         /// Darwin: kept (and run once) if the operation has not finished,
         /// dropped if it has. Clearing the block (`nil`) is never reported.
-        /// "Executing" means that the default `start()` has begun: while a
-        /// class that overrides `start()` runs, only its own getters know,
-        /// so for it only the finished case is reported.
+        /// "Executing" means that the default `start()` has begun or, for a
+        /// class that overrides `start()`, that its queue has called it (the
+        /// library does not ask overridden getters here: one started by hand
+        /// is reported only once finished).
         public static let completionBlockAfterStart = Code("completionBlockAfterStart")
         /// The result of a cancelled `InvocationOperation` was read.
         public static let cancelledInvocationResult = Code("cancelledInvocationResult")
