@@ -162,17 +162,22 @@ struct QueueTests {
 
     // MARK: Current queue
 
-    @Test("OperationQueue.current is the running operation's queue, in main and in the completion block")
+    @Test("OperationQueue.current is the running operation's queue in main, and nil in the completion block (Darwin)")
     func currentQueue() {
         let queue = makeQueue("current")
         let insideMain = Box<OperationQueue?>(nil)
-        let insideCompletion = Box<OperationQueue?>(nil)
+        let insideCompletion = Box<OperationQueue?>(queue)
+        let afterCompletion = Box<OperationQueue?>(nil)
         let op = BlockOperation { insideMain.value = OperationQueue.current }
         op.completionBlock = { insideCompletion.value = OperationQueue.current }
-        queue.addOperation(op)
+        let next = BlockOperation { afterCompletion.value = OperationQueue.current }
+        queue.maxConcurrentOperationCount = 1
+        queue.addOperations([op, next], waitUntilFinished: false)
+        #expect(op.waitUntilFinished(timeout: patience))
         #expect(queue.waitUntilAllOperationsAreFinished(timeout: patience))
         #expect(insideMain.value === queue)
-        #expect(insideCompletion.value === queue)
+        #expect(insideCompletion.value == nil)
+        #expect(afterCompletion.value === queue, "the flag does not outlive the completion block")
     }
 
     @Test("OperationQueue.current is nil on a thread outside any queue, and main on the main queue")

@@ -367,7 +367,12 @@ struct FinishPlan: ~Copyable {
             ThreadContext.withCurrent { context in
                 let saved = context.enter(finished, queue: owner)
                 if let names = details.takeAnnouncement() { finished.notifyDidChange(names) }
-                if let block = details.takeCompletion() { block() }
+                if let block = details.takeCompletion() {
+                    let outer = context.inCompletionBlock
+                    context.inCompletionBlock = true
+                    block()
+                    context.inCompletionBlock = outer
+                }
                 context.leave(restoring: saved)
             }
         }

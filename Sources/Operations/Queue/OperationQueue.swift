@@ -432,10 +432,12 @@ open class OperationQueue: @unchecked Sendable {
     /// The queue that is running the current operation (including inside
     /// an `async` operation body and the tasks it creates, while the
     /// operation has not finished), or ``OperationQueue/main`` on the main
-    /// thread, otherwise nil.
+    /// thread, otherwise nil. As in Foundation, where completion blocks run
+    /// outside the queue, it is nil inside a completion block (``main`` on
+    /// the main thread).
     open class var current: OperationQueue? {
         unowned(unsafe) let context = ThreadContext.current
-        if let queue = context.queue { return queue }
+        if !context.inCompletionBlock, let queue = context.queue { return queue }
         if let queue = OperationTaskContext.inherited?.queue { return queue }
         return context.isMainThread ? OperationQueue.main : nil
     }

@@ -44,6 +44,12 @@ final class ThreadContext {
     /// starter finishes the operation, as for a synchronous body.
     @exclusivity(unchecked) var inlineAsyncBodyReturned = false
 
+    /// Set while this thread runs a completion block: as in Foundation,
+    /// where completion blocks run outside the queue, `OperationQueue.current`
+    /// is then nil (or the main queue, on the main thread). `queue` keeps
+    /// naming the operation's queue for the library's own checks.
+    @exclusivity(unchecked) var inCompletionBlock = false
+
     /// What `leave` restores.
     struct Saved {
         fileprivate let operation: Unmanaged<Operation>?
