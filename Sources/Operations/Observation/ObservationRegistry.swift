@@ -85,12 +85,16 @@ final class ObserverEntry<Root: AnyObject, Value>: AnyObserverEntry, @unchecked 
     /// a did-change takes the newest value its own thread recorded: changes
     /// announced at once on several threads (a queue's `operationCount`
     /// while operations finish) or nested on one thread each get their own
-    /// old value. One slot shared by all threads lost some of them.
+    /// old value. One slot shared by all threads lost some of them. A
+    /// did-change on a thread that recorded none (its will-change came
+    /// before the observer registered, or on another thread) reports no old
+    /// value: taking another thread's would give that thread the wrong one.
     private var pendingOld: [(thread: UInt, value: Value)] = []
     private var lastValue: Value?
-    /// Pending old values kept at most: a will-change never followed by its
-    /// did-change (a subclass's mistake) must not grow the list forever.
-    private static var pendingLimit: Int { 64 }
+    /// Pending old values kept at most per thread: a will-change never
+    /// followed by its did-change (a subclass's mistake) must not grow the
+    /// list forever, and evicts only its own thread's oldest value.
+    private static var pendingLimitPerThread: Int { 64 }
 
     init(
         key: String?,
@@ -121,7 +125,12 @@ final class ObserverEntry<Root: AnyObject, Value>: AnyObserverEntry, @unchecked 
         let thread = Platform.currentThreadToken()
         // A dropped value may hold operations: released after unlocking.
         let dropped: (thread: UInt, value: Value)? = stateLock.withLock {
-            let dropped = pendingOld.count >= Self.pendingLimit ? pendingOld.removeFirst() : nil
+            var dropped: (thread: UInt, value: Value)?
+            if pendingOld.count >= Self.pendingLimitPerThread,
+               pendingOld.lazy.filter({ $0.thread == thread }).count >= Self.pendingLimitPerThread,
+               let oldest = pendingOld.firstIndex(where: { $0.thread == thread }) {
+                dropped = pendingOld.remove(at: oldest)
+            }
             pendingOld.append((thread, old))
             return dropped
         }
@@ -156,10 +165,8 @@ final class ObserverEntry<Root: AnyObject, Value>: AnyObserverEntry, @unchecked 
         let (old, replaced): (Value?, Value?) = stateLock.withLock {
             let replaced = lastValue
             lastValue = new
-            // The newest value this thread recorded; a did-change announced
-            // on another thread than its will-change (a custom operation's
-            // code that moved between threads) takes the oldest one left.
-            guard let index = pendingOld.lastIndex(where: { $0.thread == thread }) ?? pendingOld.indices.first else {
+            // The newest value this thread recorded, if any.
+            guard let index = pendingOld.lastIndex(where: { $0.thread == thread }) else {
                 return (nil, replaced)
             }
             return (pendingOld.remove(at: index).value, replaced)

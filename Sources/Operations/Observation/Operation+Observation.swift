@@ -30,7 +30,8 @@ extension KeyValueObservable where Self: Operation {
     /// With `.old`, each change reports the value read when that change was
     /// announced with a will-change on the same thread (nested changes of
     /// one key too, innermost first), as Foundation keeps pending changes
-    /// per thread.
+    /// per thread. A did-change on a thread that announced no will-change
+    /// to this observer reports no old value.
     ///
     /// Notifications arrive on the thread that made the change, in the order
     /// of the changes, never while a library lock is held. For lifecycle

@@ -63,7 +63,7 @@ struct ConcurrentObservationTests {
         #expect(events.last.map { [$0.0, $0.1] } == [1, 3])
     }
 
-    @Test("a did-change announced on another thread than its will-change still reports the old value")
+    @Test("a did-change on a thread that announced no will-change reports no old value, and takes no other thread's")
     func didChangeOnAnotherThread() {
         let op = CountingOperation()
         let changes = Recorder<(Int?, Int?)>()
@@ -71,16 +71,40 @@ struct ConcurrentObservationTests {
             changes.record((change.oldValue as? Int, change.newValue as? Int))
         }
         op.level = 5
-        op.willChangeValue(forKey: "level")
+        op.willChangeValue(forKey: "level")     // this thread: pending 5
         op.level = 6
         let done = Gate()
         spawnThread {
+            // Another thread finishes a change it never began.
             op.didChangeValue(forKey: "level")
             done.open()
         }
         #expect(done.wait())
+        op.didChangeValue(forKey: "level")      // takes this thread's 5
         token.invalidate()
-        #expect(changes.events.map { [$0.0, $0.1] } == [[5, 6]])
+        #expect(changes.events.map { [$0.0, $0.1] } == [[nil, 6], [5, 6]])
+    }
+
+    @Test("a thread's will-changes never followed by did-changes evict only that thread's old values")
+    func strayWillChangesEvictOnlyTheirOwn() {
+        let op = CountingOperation()
+        let changes = Recorder<(Int?, Int?)>()
+        let token = op.observe(key: "level", options: [.old, .new]) { _, change in
+            changes.record((change.oldValue as? Int, change.newValue as? Int))
+        }
+        op.level = 1
+        op.willChangeValue(forKey: "level")     // this thread: pending 1
+        let done = Gate()
+        spawnThread {
+            op.level = 7
+            for _ in 0..<100 { op.willChangeValue(forKey: "level") }
+            done.open()
+        }
+        #expect(done.wait())
+        op.level = 2
+        op.didChangeValue(forKey: "level")
+        token.invalidate()
+        #expect(changes.events.map { [$0.0, $0.1] } == [[1, 2]])
     }
 }
 
