@@ -89,6 +89,11 @@ extension Operation {
                 observedNow = true
                 return nil
             }
+            // An observer that registered after the caller looked (a subclass
+            // announcing its own `isFinished`) hears the did-change: it may
+            // have read "not finished" already, and a `stateChanges` stream
+            // taken then would never end (probe 8).
+            let keys: LifecycleKeys = keys.isEmpty && state.isObserved ? .isFinished : keys
             if endingBody { _ = state.finishBody() }
             guard state.beginFinishing() else { return nil }
             if storedDependents.isEmpty, storedDependencies.isEmpty, extras == nil, keys.isEmpty {

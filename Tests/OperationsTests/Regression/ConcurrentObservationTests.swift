@@ -179,4 +179,61 @@ struct ObserverRacesFinishTests {
             }
         }
     }
+
+    @Test("a stateChanges stream taken while a subclass announces its own finish ends (probe 8)")
+    func streamTakenDuringAnnouncedFinish() async throws {
+        let op = SelfFinishingOperation()
+        op.start()
+        spawnThread { op.finishNow() }
+        // The finishing thread is inside the library, between reading who
+        // observes and finishing, asking the overridden getter.
+        #expect(op.getterEntered.wait())
+        let stream = op.stateChanges
+        op.getterRelease.open()
+        do {
+            try await withTimeLimit(10) {
+                for await _ in stream {}
+            }
+        } catch {
+            Issue.record("the stream never ended: \(error)")
+        }
+        try await withTimeLimit(10) { await op.finished() }
+    }
+}
+
+/// A concurrent operation that announces its own state; the first time the
+/// library reads `isFinished` after `finishNow()` announced it, the getter
+/// holds the finishing thread until `getterRelease` opens.
+private final class SelfFinishingOperation: Operation, @unchecked Sendable {
+    // @unchecked Sendable: `flags` is locked; the gates and `armed` are Sendable.
+    private let flags = LockedValue<(executing: Bool, finished: Bool)>((false, false))
+    private let armed = Atomic<Bool>(false)
+    let getterEntered = Gate()
+    let getterRelease = Gate()
+
+    override var isAsynchronous: Bool { true }
+    override var isExecuting: Bool { flags.withLock { $0.executing } }
+    override var isFinished: Bool {
+        let value = flags.withLock { $0.finished }
+        if armed.exchange(false, ordering: .acquiringAndReleasing) {
+            getterEntered.open()
+            _ = getterRelease.wait()
+        }
+        return value
+    }
+
+    override func start() {
+        willChangeValue(forKey: "isExecuting")
+        flags.withLock { $0.executing = true }
+        didChangeValue(forKey: "isExecuting")
+    }
+
+    func finishNow() {
+        willChangeValue(forKey: "isFinished")
+        willChangeValue(forKey: "isExecuting")
+        flags.withLock { $0 = (false, true) }
+        armed.store(true, ordering: .releasing)
+        didChangeValue(forKey: "isExecuting")
+        didChangeValue(forKey: "isFinished")
+    }
 }
