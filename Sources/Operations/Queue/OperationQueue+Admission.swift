@@ -57,13 +57,15 @@ extension OperationQueue {
 
     /// `contentAnnounced`: the caller already sent the will-change of the
     /// queue's content keys and sends the did-change itself.
+    /// `prevalidated`: `removingRefusedAdds` already checked `operations`.
     @discardableResult
     final func admit<C: Collection<Operation>>(
         _ operations: C,
         mode: AdmissionMode,
         barrier: Bool = false,
         collecting: Bool = false,
-        contentAnnounced: Bool = false
+        contentAnnounced: Bool = false,
+        prevalidated: Bool = false
     ) -> [Operation]? {
         // A class that overrides `isExecuting` or `isFinished` reports its
         // own state: ask it before taking any lock.
@@ -100,20 +102,26 @@ extension OperationQueue {
         while next != operations.endIndex {
             lock.lock()
             if linked == 0, state.pendingLimit != nil, !state.hasRoom(for: total), !isCalledFromInside() {
-                if mode == .attempt {
+                if !prevalidated {
                     lock.unlock()
-                    // Misuse first, as an add that found room reports it:
-                    // with nothing valid left, there is nothing to wait for.
+                    // Misuse first, as an add that found room reports it,
+                    // and only what may be added counts toward the room: a
+                    // duplicate or another queue's operation must neither
+                    // make a valid one wait nor get it refused.
                     let valid = removingRefusedAdds(operations.filter { !refusedByGetter.contains(ObjectIdentifier($0)) })
                     if valid.isEmpty { return [] }
+                    return admit(valid, mode: mode, barrier: barrier, collecting: collecting, contentAnnounced: true, prevalidated: true)
+                }
+                if mode == .attempt {
+                    lock.unlock()
                     if instrumented {
-                        for operation in valid { OperationInstrumentation.emit(.rejected, operation, queue: self) }
+                        for operation in operations { OperationInstrumentation.emit(.rejected, operation, queue: self) }
                     }
                     return nil
                 }
                 if pendingLimitPolicy == .reject {
                     lock.unlock()
-                    refuseForLackOfRoom(removingRefusedAdds(operations.filter { !refusedByGetter.contains(ObjectIdentifier($0)) }))
+                    refuseForLackOfRoom(Array(operations))
                     return []
                 }
                 guard waitForRoomLocked(count: total) else { return [] }

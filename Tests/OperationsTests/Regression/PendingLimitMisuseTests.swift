@@ -64,6 +64,48 @@ struct PendingLimitMisuseTests {
         drain(queue)
     }
 
+    @Test("a blocking add whose misused operations do not fit reports them at once and adds the rest without waiting (probe 8)")
+    func blockingAddCountsOnlyValidOperations() {
+        let queue = makeQueue("room-for-one")
+        let gate = Gate()
+        queue.setPendingLimit(2)
+        queue.addOperation { _ = gate.wait() }
+        let twice = BlockOperation {}
+        let finished = BlockOperation {}
+        finished.start()
+        let other = BlockOperation {}
+        let reported = misuses {
+            // Each batch holds one valid operation and room is left for one:
+            // neither waits for the gate.
+            queue.addOperations([twice, twice], waitUntilFinished: false)
+            #expect(queue.operationCount == 2)
+            gate.open()
+            #expect(twice.waitUntilFinished(timeout: patience))
+            queue.addOperations([other, finished], waitUntilFinished: false)
+        }
+        #expect(reported.map(\.code) == [.duplicateInBatch, .addedAfterStart], "\(describeMisuses(reported))")
+        #expect(!twice.isCancelled && !other.isCancelled)
+        #expect(queue.waitUntilAllOperationsAreFinished(timeout: patience))
+        #expect(other.isFinished && !other.isCancelled)
+    }
+
+    @Test("reject policy: a valid operation that fits is added although its batch also holds another queue's (probe 8)")
+    func rejectAddsValidOperationThatFits() {
+        let queue = makeQueue("reject-room-for-one")
+        queue.isSuspended = true
+        queue.setPendingLimit(2, policy: .reject)
+        queue.addOperation(BlockOperation {})
+        let (foreign, owner, ran) = operationOfAnotherQueue("owner-reject-fit")
+        let valid = BlockOperation {}
+        let reported = misuses { queue.addOperations([valid, foreign], waitUntilFinished: false) }
+        #expect(reported.map(\.code) == [.alreadyInQueue], "\(describeMisuses(reported))")
+        #expect(!valid.isCancelled, "it fitted: it was added, not refused")
+        #expect(queue.operationCount == 2)
+        drain(queue, owner)
+        #expect(ran.count == 1)
+        #expect(valid.isFinished && !valid.isCancelled)
+    }
+
     @Test("tryAddOperation on a full queue reports another queue's operation and leaves it alone")
     func tryAddForeignOperation() {
         let queue = fullQueue("full-try", policy: .block)
