@@ -387,10 +387,14 @@ open class ResultOperation<Success: Sendable, Failure: Error>: Operation, @unche
         return outcome.error == nil
     }
 
+    /// The rule of synchronous bodies (`OperationQueue.effectiveQualityOfService`):
+    /// the queue's for `.default`, otherwise the higher of the two.
     private func effectiveQualityOfService(queue: OperationQueue?) -> QualityOfService {
-        let own = qualityOfService
-        if own != .default { return own }
-        return queue?.qualityOfService ?? .default
+        guard let queue else { return qualityOfService }
+        return QualityOfService(index: OperationQueue.effectiveQualityOfService(
+            operation: qualityOfService.index,
+            queue: queue.qualityOfService.index
+        ))
     }
 }
 

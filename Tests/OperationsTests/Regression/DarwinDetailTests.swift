@@ -139,6 +139,24 @@ struct QueueQualityOfServiceTests {
 }
 #endif
 
+@Suite("An async body runs at its queue's quality of service when that is higher (probe 8)")
+struct AsyncBodyQualityOfServiceTests {
+    @Test("a .utility async body in a .userInitiated queue runs at .userInitiated's task priority; a .userInteractive one keeps its own")
+    func asyncBodyRaised() async throws {
+        let queue = makeQueue("async-qos")
+        queue.qualityOfService = .userInitiated
+        let low = ResultOperation<TaskPriority?, Never> { () async in Task.currentPriority }
+        low.qualityOfService = .utility
+        let high = ResultOperation<TaskPriority?, Never> { () async in Task.currentPriority }
+        high.qualityOfService = .userInteractive
+        queue.addOperations([low, high], waitUntilFinished: false)
+        let lowPriority = try await withTimeLimit { try await low.value }
+        let highPriority = try await withTimeLimit { try await high.value }
+        #expect(lowPriority == QualityOfService.userInitiated.taskPriority)
+        #expect(highPriority == QualityOfService.userInteractive.taskPriority)
+    }
+}
+
 @Suite("addOperation with a block takes the queue's quality of service (conformance pass 2)")
 struct BlockQualityOfServiceTests {
     @Test("a queue with a quality of service gives it to the operation addOperation(_:) makes from a block (Darwin)")
