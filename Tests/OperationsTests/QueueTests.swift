@@ -180,6 +180,24 @@ struct QueueTests {
         #expect(afterCompletion.value === queue, "the flag does not outlive the completion block")
     }
 
+    @Test("OperationQueue.current is nil in a completion block run inside an async body (probe 9)")
+    func currentInCompletionInsideAsyncBody() async throws {
+        let queue = makeQueue("current-async")
+        let inBody = Box<OperationQueue?>(nil)
+        let inCompletion = Box<OperationQueue?>(queue)
+        let body = ResultOperation<Int, Never> { () async -> Int in
+            inBody.value = OperationQueue.current
+            let inner = BlockOperation {}
+            inner.completionBlock = { inCompletion.value = OperationQueue.current }
+            inner.start()
+            return 1
+        }
+        await queue.addOperation(body)
+        _ = try await withTimeLimit { try await body.value }
+        #expect(inBody.value === queue)
+        #expect(inCompletion.value == nil)
+    }
+
     @Test("OperationQueue.current is nil on a thread outside any queue, and main on the main queue")
     func currentQueueOutside() {
         let outside = Box<OperationQueue?>(OperationQueue.main)

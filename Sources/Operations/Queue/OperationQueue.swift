@@ -437,8 +437,12 @@ open class OperationQueue: @unchecked Sendable {
     /// the main thread).
     open class var current: OperationQueue? {
         unowned(unsafe) let context = ThreadContext.current
-        if !context.inCompletionBlock, let queue = context.queue { return queue }
-        if let queue = OperationTaskContext.inherited?.queue { return queue }
+        if !context.inCompletionBlock {
+            if let queue = context.queue { return queue }
+            // An async body's task: not inside a completion block it runs
+            // (one of an operation it finished or started by hand).
+            if let queue = OperationTaskContext.inherited?.queue { return queue }
+        }
         return context.isMainThread ? OperationQueue.main : nil
     }
 
