@@ -24,34 +24,6 @@ private func expectSingle(
 
 private final class LateBlockMarker: Sendable {}
 
-/// A concurrent operation built by hand (overrides `start()` and its state
-/// getters) that stays executing until `release` opens.
-private final class HeldConcurrentOperation: Operation, @unchecked Sendable {
-    // @unchecked Sendable: `flags` is locked; the gates are Sendable.
-    private let flags = LockedValue<(executing: Bool, finished: Bool)>((false, false))
-    let started = Gate()
-    let release = Gate()
-
-    override var isAsynchronous: Bool { true }
-    override var isExecuting: Bool { flags.withLock { $0.executing } }
-    override var isFinished: Bool { flags.withLock { $0.finished } }
-
-    override func start() {
-        willChangeValue(forKey: "isExecuting")
-        flags.withLock { $0.executing = true }
-        didChangeValue(forKey: "isExecuting")
-        started.open()
-        spawnThread { [self] in
-            _ = release.wait()
-            willChangeValue(forKey: "isFinished")
-            willChangeValue(forKey: "isExecuting")
-            flags.withLock { $0 = (false, true) }
-            didChangeValue(forKey: "isExecuting")
-            didChangeValue(forKey: "isFinished")
-        }
-    }
-}
-
 private func named(_ name: String, _ block: @escaping @Sendable () -> Void = {}) -> BlockOperation {
     let op = BlockOperation(block: block)
     op.name = name
@@ -175,7 +147,7 @@ struct MisuseTests {
     @Test("completion block set while a queue runs an operation that overrides start(): reported, refused")
     func completionBlockWhileCustomStartExecutes() {
         let queue = makeQueue("custom-start-completion")
-        let op = HeldConcurrentOperation()
+        let op = ManualConcurrentOperation()
         op.name = "custom-start"
         let first = Counter()
         let late = Counter()
@@ -184,7 +156,7 @@ struct MisuseTests {
         #expect(op.started.wait())
         let reported = misuses { op.completionBlock = { late.increment() } }
         expectSingle(reported, .completionBlockAfterStart, naming: "\"custom-start\"")
-        op.release.open()
+        op.finish()
         #expect(op.waitUntilFinished(timeout: patience))
         #expect(first.count == 1)
         #expect(late.count == 0)

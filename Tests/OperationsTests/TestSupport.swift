@@ -318,3 +318,47 @@ func expectQueueInvariants(_ queue: OperationQueue, sourceLocation: SourceLocati
     let problem = queueInvariantProblem(queue)
     #expect(problem == nil, "queue invariants broken: \(problem ?? "")", sourceLocation: sourceLocation)
 }
+
+/// A concurrent operation built by hand, as in the chapter's Listing 2-5:
+/// it overrides `start()` and its state getters, announces every change
+/// itself, and stays executing until `finish(holdingNextFinishedRead:)`.
+///
+/// With `holdingNextFinishedRead`, the first read of `isFinished` after
+/// the finish was announced (the library's, on the finishing thread) opens
+/// `finishedReadEntered` and waits, bounded, for `finishedReadRelease`.
+final class ManualConcurrentOperation: Operation, @unchecked Sendable {
+    // @unchecked Sendable: `flags` is locked; the gates and `armed` are Sendable.
+    private let flags = LockedValue<(executing: Bool, finished: Bool)>((false, false))
+    private let armed = Atomic<Bool>(false)
+    /// Opened once `start()` has announced `isExecuting`.
+    let started = Gate()
+    let finishedReadEntered = Gate()
+    let finishedReadRelease = Gate()
+
+    override var isAsynchronous: Bool { true }
+    override var isExecuting: Bool { flags.withLock { $0.executing } }
+    override var isFinished: Bool {
+        let value = flags.withLock { $0.finished }
+        if armed.exchange(false, ordering: .acquiringAndReleasing) {
+            finishedReadEntered.open()
+            _ = finishedReadRelease.wait()
+        }
+        return value
+    }
+
+    override func start() {
+        willChangeValue(forKey: "isExecuting")
+        flags.withLock { $0.executing = true }
+        didChangeValue(forKey: "isExecuting")
+        started.open()
+    }
+
+    func finish(holdingNextFinishedRead: Bool = false) {
+        willChangeValue(forKey: "isFinished")
+        willChangeValue(forKey: "isExecuting")
+        flags.withLock { $0 = (false, true) }
+        if holdingNextFinishedRead { armed.store(true, ordering: .releasing) }
+        didChangeValue(forKey: "isExecuting")
+        didChangeValue(forKey: "isFinished")
+    }
+}

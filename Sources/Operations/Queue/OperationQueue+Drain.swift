@@ -51,7 +51,7 @@ extension OperationQueue {
 
         lock.lock()
         state.drainerStarted()
-        let queueQoS = storedQualityOfService.index
+        let queueQoS = qualityOfServiceIndex.load(ordering: .relaxed)
         while true {
             // Admit what the last operations made ready, retire them, settle
             // the retirements completed since, and pick the next operation.

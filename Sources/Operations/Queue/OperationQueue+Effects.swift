@@ -116,7 +116,7 @@ extension OperationQueue {
         case .mainThread: return .mainThread
         case .pool:
             if let storedUnderlyingQueue { return .dispatch(storedUnderlyingQueue) }
-            return .pool(qos: storedQualityOfService.index)
+            return .pool(qos: qualityOfServiceIndex.load(ordering: .relaxed))
         }
     }
 

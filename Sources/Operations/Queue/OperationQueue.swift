@@ -39,7 +39,7 @@ import Synchronization
 /// `import class Operations.OperationQueue`.
 open class OperationQueue: @unchecked Sendable {
     // @unchecked Sendable: `state`, `retainedSelf`, `storedName`,
-    // `storedQualityOfService`, `storedUnderlyingQueue`, `observers`,
+    // `storedUnderlyingQueue`, `observers`,
     // `pendingLimitPolicy`, `drainWaiters`, `changeWaiters`, `roomWaiters`,
     // `eventSinks`, `nextEventSinkID` and `lastCountsSample` are read and written only while
     // `lock` is held. `observed`, `qualityOfServiceIndex` and `hasEventSinks` are atomic. `kind` is
@@ -58,12 +58,12 @@ open class OperationQueue: @unchecked Sendable {
     @exclusivity(unchecked) final var state = QueueState()
     final let kind: Kind
     @exclusivity(unchecked) final var storedName: String?
-    @exclusivity(unchecked) final var storedQualityOfService: QualityOfService = .default
     @exclusivity(unchecked) final var storedUnderlyingQueue: DispatchQueue?
     @exclusivity(unchecked) final var observers: ObservationRegistry?
     final let observed = Atomic<Bool>(false)
-    /// `storedQualityOfService`'s index, readable without the lock (written
-    /// with it): what `addOperation(_:)` with a block gives the new operation.
+    /// The queue's quality of service, by index: written while `lock` is
+    /// held (so that it changes in order with the queue's other state),
+    /// readable without it (`addOperation(_:)` with a block reads it).
     final let qualityOfServiceIndex = Atomic<Int>(QualityOfService.default.index)
     /// The queue's retain of itself while it holds operations or has
     /// retirements in flight, so that a queue that goes out of scope still
@@ -125,7 +125,6 @@ open class OperationQueue: @unchecked Sendable {
     init(mainThread: Void) {
         kind = .mainThread
         storedName = "NSOperationQueue Main Queue"
-        storedQualityOfService = .userInteractive
         qualityOfServiceIndex.store(QualityOfService.userInteractive.index, ordering: .relaxed)
         state.width = 1
     }
@@ -172,15 +171,12 @@ open class OperationQueue: @unchecked Sendable {
     /// `addOperation(_:)` with a block gives the operation it makes from a
     /// block the queue's quality of service, when it is not `.default`.
     open var qualityOfService: QualityOfService {
-        get { lock.withLock { storedQualityOfService } }
+        get { QualityOfService(index: qualityOfServiceIndex.load(ordering: .relaxed)) }
         set {
             // As in Foundation, the main queue keeps `.userInteractive`.
             guard kind == .pool else { return }
             notifyWillChange(["qualityOfService"])
-            lock.withLock {
-                storedQualityOfService = newValue
-                qualityOfServiceIndex.store(newValue.index, ordering: .relaxed)
-            }
+            lock.withLock { qualityOfServiceIndex.store(newValue.index, ordering: .relaxed) }
             notifyDidChange(["qualityOfService"])
         }
     }

@@ -193,21 +193,21 @@ public struct OperationMisuse: Error, Sendable, CustomStringConvertible {
     /// it. Returns whether the call is refused, which is when a handler was
     /// installed. With no handler it returns false instead of trapping.
     static func reportTolerated(_ code: Code, subject: ReportSubject, _ detail: String) -> Bool {
-        let text = subject.text ?? ""
-        let misuse = OperationMisuse(
-            code: code,
-            subject: text,
-            message: "Operations misuse [\(code.rawValue)]: \(text) \(detail)"
-        )
-        OperationReporting.deliver(OperationReport(kind: .misuse(code), message: misuse.message, subject: subject, cycle: nil))
-        guard let handler = scopedHandler ?? globalHandler.current else { return false }
-        handler(misuse)
-        return true
+        deliver(code, subject: subject, detail, cycle: nil).1
     }
 
     /// Reports a misuse and returns it (for calls that throw it when a
     /// handler refused it). Returns only if a handler refused the call.
     static func reportReturning(_ code: Code, subject: ReportSubject, _ detail: String, cycle: [String]? = nil) -> OperationMisuse {
+        let (misuse, handled) = deliver(code, subject: subject, detail, cycle: cycle)
+        if handled { return misuse }
+        fatalError(misuse.message)
+    }
+
+    /// Builds the misuse, tells the report observers, then the active
+    /// handler if there is one. Returns the misuse and whether a handler
+    /// received it.
+    private static func deliver(_ code: Code, subject: ReportSubject, _ detail: String, cycle: [String]?) -> (OperationMisuse, Bool) {
         let text = subject.text ?? ""
         let misuse = OperationMisuse(
             code: code,
@@ -215,11 +215,9 @@ public struct OperationMisuse: Error, Sendable, CustomStringConvertible {
             message: "Operations misuse [\(code.rawValue)]: \(text) \(detail)"
         )
         OperationReporting.deliver(OperationReport(kind: .misuse(code), message: misuse.message, subject: subject, cycle: cycle))
-        if let handler = scopedHandler ?? globalHandler.current {
-            handler(misuse)
-            return misuse
-        }
-        fatalError(misuse.message)
+        guard let handler = scopedHandler ?? globalHandler.current else { return (misuse, false) }
+        handler(misuse)
+        return (misuse, true)
     }
 }
 

@@ -15,6 +15,15 @@ private final class CountingOperation: Operation, @unchecked Sendable {
     var level = 0
 }
 
+/// Records the (old, new) values of `level` that an observer is told.
+private func observeLevel(of op: CountingOperation) -> (Recorder<(Int?, Int?)>, KeyValueObservation) {
+    let changes = Recorder<(Int?, Int?)>()
+    let token = op.observe(key: "level", options: [.old, .new]) { _, change in
+        changes.record((change.oldValue as? Int, change.newValue as? Int))
+    }
+    return (changes, token)
+}
+
 @Suite("Observed old values under concurrent and nested changes")
 struct ConcurrentObservationTests {
     @Test("operationCount observed with .old while operations finish on several threads: every change carries its old value")
@@ -45,10 +54,7 @@ struct ConcurrentObservationTests {
     @Test("changes of one key nested on one thread report their own old values, innermost first")
     func nestedChanges() {
         let op = CountingOperation()
-        let changes = Recorder<(Int?, Int?)>()
-        let token = op.observe(key: "level", options: [.old, .new]) { _, change in
-            changes.record((change.oldValue as? Int, change.newValue as? Int))
-        }
+        let (changes, token) = observeLevel(of: op)
         op.level = 1
         op.willChangeValue(forKey: "level")
         op.level = 2
@@ -66,10 +72,7 @@ struct ConcurrentObservationTests {
     @Test("a did-change on a thread that announced no will-change reports no old value, and takes no other thread's")
     func didChangeOnAnotherThread() {
         let op = CountingOperation()
-        let changes = Recorder<(Int?, Int?)>()
-        let token = op.observe(key: "level", options: [.old, .new]) { _, change in
-            changes.record((change.oldValue as? Int, change.newValue as? Int))
-        }
+        let (changes, token) = observeLevel(of: op)
         op.level = 5
         op.willChangeValue(forKey: "level")     // this thread: pending 5
         op.level = 6
@@ -88,10 +91,7 @@ struct ConcurrentObservationTests {
     @Test("a thread's will-changes never followed by did-changes evict only that thread's old values")
     func strayWillChangesEvictOnlyTheirOwn() {
         let op = CountingOperation()
-        let changes = Recorder<(Int?, Int?)>()
-        let token = op.observe(key: "level", options: [.old, .new]) { _, change in
-            changes.record((change.oldValue as? Int, change.newValue as? Int))
-        }
+        let (changes, token) = observeLevel(of: op)
         op.level = 1
         op.willChangeValue(forKey: "level")     // this thread: pending 1
         let done = Gate()
@@ -105,22 +105,6 @@ struct ConcurrentObservationTests {
         op.didChangeValue(forKey: "level")
         token.invalidate()
         #expect(changes.events.map { [$0.0, $0.1] } == [[1, 2]])
-    }
-}
-
-/// Two threads meet, then one of them waits `delay` spins: sweeping the
-/// delay over the iterations sweeps the race window.
-private final class Meeting: Sendable {
-    private let arrived = Atomic<Int>(0)
-
-    func arrive(spinning delay: Int) {
-        arrived.add(1, ordering: .acquiringAndReleasing)
-        let clock = ContinuousClock()
-        let deadline = clock.now + .seconds(1)
-        while arrived.load(ordering: .acquiring) < 2, clock.now < deadline {}
-        var sink = 0
-        for index in 0..<delay { sink &+= index }
-        withExtendedLifetime(sink) {}
     }
 }
 
@@ -182,14 +166,14 @@ struct ObserverRacesFinishTests {
 
     @Test("a stateChanges stream taken while a subclass announces its own finish ends (probe 8)")
     func streamTakenDuringAnnouncedFinish() async throws {
-        let op = SelfFinishingOperation()
+        let op = ManualConcurrentOperation()
         op.start()
-        spawnThread { op.finishNow() }
+        spawnThread { op.finish(holdingNextFinishedRead: true) }
         // The finishing thread is inside the library, between reading who
         // observes and finishing, asking the overridden getter.
-        #expect(op.getterEntered.wait())
+        #expect(op.finishedReadEntered.wait())
         let stream = op.stateChanges
-        op.getterRelease.open()
+        op.finishedReadRelease.open()
         do {
             try await withTimeLimit(10) {
                 for await _ in stream {}
@@ -198,42 +182,5 @@ struct ObserverRacesFinishTests {
             Issue.record("the stream never ended: \(error)")
         }
         try await withTimeLimit(10) { await op.finished() }
-    }
-}
-
-/// A concurrent operation that announces its own state; the first time the
-/// library reads `isFinished` after `finishNow()` announced it, the getter
-/// holds the finishing thread until `getterRelease` opens.
-private final class SelfFinishingOperation: Operation, @unchecked Sendable {
-    // @unchecked Sendable: `flags` is locked; the gates and `armed` are Sendable.
-    private let flags = LockedValue<(executing: Bool, finished: Bool)>((false, false))
-    private let armed = Atomic<Bool>(false)
-    let getterEntered = Gate()
-    let getterRelease = Gate()
-
-    override var isAsynchronous: Bool { true }
-    override var isExecuting: Bool { flags.withLock { $0.executing } }
-    override var isFinished: Bool {
-        let value = flags.withLock { $0.finished }
-        if armed.exchange(false, ordering: .acquiringAndReleasing) {
-            getterEntered.open()
-            _ = getterRelease.wait()
-        }
-        return value
-    }
-
-    override func start() {
-        willChangeValue(forKey: "isExecuting")
-        flags.withLock { $0.executing = true }
-        didChangeValue(forKey: "isExecuting")
-    }
-
-    func finishNow() {
-        willChangeValue(forKey: "isFinished")
-        willChangeValue(forKey: "isExecuting")
-        flags.withLock { $0 = (false, true) }
-        armed.store(true, ordering: .releasing)
-        didChangeValue(forKey: "isExecuting")
-        didChangeValue(forKey: "isFinished")
     }
 }

@@ -378,15 +378,10 @@ struct ConcurrentLastDependenciesTests {
         for _ in 0..<400 {
             let queue = OperationQueue()
             let sink = BlockOperation {}
-            let arrived = Atomic<Int>(0)
+            let meeting = Meeting()
             let dependencies = (0..<2).map { _ in
-                BlockOperation {
-                    // Both bodies end at the same moment (bounded spin).
-                    arrived.add(1, ordering: .relaxed)
-                    let clock = ContinuousClock()
-                    let deadline = clock.now + .milliseconds(50)
-                    while arrived.load(ordering: .relaxed) < 2, clock.now < deadline {}
-                }
+                // Both bodies end at the same moment (bounded spin).
+                BlockOperation { meeting.arrive() }
             }
             for dependency in dependencies { sink.addDependency(dependency) }
             let toldTrue = Atomic<Int>(0)
@@ -420,14 +415,8 @@ struct EditRacesFinishTests {
         var misses = 0
         for _ in 0..<400 {
             let queue = OperationQueue()
-            let arrived = Atomic<Int>(0)
-            @Sendable func rendezvous() {
-                arrived.add(1, ordering: .relaxed)
-                let clock = ContinuousClock()
-                let deadline = clock.now + .milliseconds(50)
-                while arrived.load(ordering: .relaxed) < 2, clock.now < deadline {}
-            }
-            let running = BlockOperation { rendezvous() }
+            let meeting = Meeting()
+            let running = BlockOperation { meeting.arrive() }
             let idle = BlockOperation {}
             let dependent = BlockOperation {}
             dependent.addDependency(running)
@@ -439,7 +428,7 @@ struct EditRacesFinishTests {
             let editor = DispatchQueue.global()
             let edited = DispatchSemaphore(value: 0)
             editor.async {
-                rendezvous()
+                meeting.arrive()
                 if edit == .remove { dependent.removeDependency(idle) } else { dependent.addDependency(idle) }
                 edited.signal()
             }

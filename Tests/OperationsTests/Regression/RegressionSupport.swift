@@ -7,6 +7,7 @@
 // are reported by the parent test.
 
 import Dispatch
+import Synchronization
 import Testing
 @testable import Operations
 #if canImport(Glibc)
@@ -156,3 +157,19 @@ func eventually(timeout: Duration = patience, _ condition: @Sendable () -> Bool)
 let runningUnderSanitizer: Bool = {
     dlsym(nil, "__asan_init") != nil || dlsym(nil, "__tsan_init") != nil
 }()
+
+/// Two threads meet, then one of them waits `delay` spins: sweeping the
+/// delay over the iterations sweeps the race window.
+final class Meeting: Sendable {
+    private let arrived = Atomic<Int>(0)
+
+    func arrive(spinning delay: Int = 0) {
+        arrived.add(1, ordering: .acquiringAndReleasing)
+        let clock = ContinuousClock()
+        let deadline = clock.now + .seconds(1)
+        while arrived.load(ordering: .acquiring) < 2, clock.now < deadline {}
+        var sink = 0
+        for index in 0..<delay { sink &+= index }
+        withExtendedLifetime(sink) {}
+    }
+}
