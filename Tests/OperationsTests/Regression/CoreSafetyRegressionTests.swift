@@ -256,7 +256,10 @@ func scenarioLongCancelledCascadeReleased() {
         #expect(queue.waitUntilAllOperationsAreFinished(timeout: .seconds(120)))
         #expect(tail.isCancelled && tail.dependencyErrors.count == 1)
     }
-    #expect(first.isReleased && last.isReleased, "the cancelled pipeline was not released")
+    // A worker may drop its reference to the last operation it retired just
+    // after the queue's waiters wake (failed once in 20 full-suite runs under
+    // load): the release is awaited, bounded, as elsewhere.
+    #expect(waitUntil { first.isReleased && last.isReleased }, "the cancelled pipeline was not released")
 }
 
 /// Defect 8, first form: the input of `ResultOperation(after:)` removed by
