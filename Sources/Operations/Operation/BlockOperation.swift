@@ -63,8 +63,7 @@ open class BlockOperation: Operation, @unchecked Sendable {
 
     /// Runs the blocks and returns when all of them have finished.
     open override func main() {
-        let taken = withStateLock { _ in takeBlocksLocked() }
-        switch taken {
+        switch withStateLock({ _ in takeBlocksLocked() }) {
         case .empty:
             return
         case .one(let block):

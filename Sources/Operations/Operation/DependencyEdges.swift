@@ -256,6 +256,11 @@ extension Operation {
         var news = ReadinessNews.none
         var becameReady = false
         var readyAt: OperationInstrumentation.Stamp?
+        // Read before the lock, so that the closure below compares
+        // addresses and holds no reference to the caller's queue across a
+        // call (which would retain and release it on every finish).
+        let callerIdentity = callerQueue.map { Unmanaged.passUnretained($0).toOpaque() }
+        let customReadiness = overrides(.isReady)
         withStateLock { state in
             guard state.removeUnfinishedDependency() else { return }
             becameReady = true
@@ -267,8 +272,7 @@ extension Operation {
             // `queueLink`: that record belongs to the queue and is written
             // under the queue's lock, which this thread does not hold
             // (ThreadSanitizer found the race in a soak).
-            if let callerQueue, owner.toOpaque() == Unmanaged.passUnretained(callerQueue).toOpaque(),
-               !overrides(.isReady) {
+            if let callerIdentity, owner.toOpaque() == callerIdentity, !customReadiness {
                 news = .readyInCallerQueue
             } else {
                 // The queue is alive while this operation is a member (checked
@@ -284,7 +288,7 @@ extension Operation {
             // now rather than not at all.
             announceReadinessChangedLate()
         }
-        if becameReady, case .none = news, overrides(.isReady) {
+        if becameReady, case .none = news, customReadiness {
             // In no queue, nothing else asks: read the override now, as
             // Foundation does when an operation's last dependency finishes.
             // Such getters may act on being asked (the "Advanced
@@ -294,7 +298,7 @@ extension Operation {
         }
         if becameReady, TraceRecorder.isActive { TraceRecorder.shared.record(.ready, self, queue: nil) }
         // An `isReady` override is reported by the queue, when it re-reads it.
-        if let readyAt, !overrides(.isReady) {
+        if let readyAt, !customReadiness {
             let queue: OperationQueue? = switch news {
             case .none: nil
             case .readyInCallerQueue: callerQueue

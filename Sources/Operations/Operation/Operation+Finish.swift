@@ -286,7 +286,7 @@ struct FinishPlan: ~Copyable {
     /// (`OperationQueue.releaseKeptSlots(of:)`).
     consuming func run() {
         if details != nil || !dependents.isEmpty {
-            var none: [Operation] = []
+            var none: [Unmanaged<Operation>] = []
             releaseDependents(collectingFor: nil, into: &none)
         }
         if let queue {
@@ -307,8 +307,12 @@ struct FinishPlan: ~Copyable {
     /// to admit under its own lock; others are handed to their queues.
     /// Appending to the caller's array (kept across a drain loop's
     /// iterations) costs no allocation per finished operation.
+    ///
+    /// `readied` holds them unretained: this plan holds each one (its
+    /// `dependents`) until it is completed or dropped, and every caller
+    /// admits `readied` and empties it before that.
     @inline(__always)
-    func releaseDependents(collectingFor queue: OperationQueue?, into readied: inout [Operation]) {
+    func releaseDependents(collectingFor queue: OperationQueue?, into readied: inout [Unmanaged<Operation>]) {
         // Rarely, the operation still has dependency lists to leave (it was
         // cancelled, or its class let it start early): first, so that no
         // dependency's list points at it once the queue lets go of it.
@@ -330,12 +334,12 @@ struct FinishPlan: ~Copyable {
     /// Tells `dependent` that `operation` finished; see
     /// `releaseDependents(collectingFor:into:)`.
     @inline(__always)
-    private static func release(_ dependent: Operation, of operation: Operation, collectingFor queue: OperationQueue?, into readied: inout [Operation]) {
+    private static func release(_ dependent: Operation, of operation: Operation, collectingFor queue: OperationQueue?, into readied: inout [Unmanaged<Operation>]) {
         switch dependent.dependencyDidFinish(operation, callerQueue: queue) {
         case .none:
             break
         case .readyInCallerQueue:
-            readied.append(dependent)
+            readied.append(Unmanaged.passUnretained(dependent))
         case .ready(let other):
             other.memberReadinessMayHaveChanged(dependent)
         }

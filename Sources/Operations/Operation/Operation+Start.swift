@@ -139,11 +139,12 @@ extension Operation {
     /// (see `ThreadContext`), the queue unchanged.
     @inline(__always)
     final func withThreadContext<R: ~Copyable>(_ body: () -> R) -> R {
-        // unowned(unsafe): the thread-specific key holds a retain of the
-        // context until this thread exits.
-        unowned(unsafe) let context = ThreadContext.current
-        let saved = context.enter(self)
-        defer { context.leave(restoring: saved) }
+        // `withCurrent` lends the context without reference counting (the
+        // thread-specific key holds a retain of it until this thread
+        // exits); an `unowned(unsafe)` local would still be retained around
+        // each call made on it.
+        let saved = ThreadContext.withCurrent { $0.enter(self) }
+        defer { ThreadContext.withCurrent { $0.leave(restoring: saved) } }
         return body()
     }
 

@@ -70,7 +70,7 @@ extension OperationQueue {
         // A class that overrides `isExecuting` or `isFinished` reports its
         // own state: ask it before taking any lock.
         var refusedByGetter: Set<ObjectIdentifier> = []
-        for operation in operations {
+        operations.forEachBorrowed { operation in
             if let refusal = operation.reportedEnqueueRefusal() {
                 reportRefusedAdd(operation, refusal: refusal, owner: nil, batch: [])
                 refusedByGetter.insert(ObjectIdentifier(operation))
@@ -90,9 +90,14 @@ extension OperationQueue {
         // already have started the operation: the event carries the time of
         // the add itself.
         let addedAt: ContinuousClock.Instant? = instrumented ? .now : nil
-        let collect = collecting || instrumented
+        // The accepted operations, for the instruments only: a caller that
+        // collects them gets its own collection back when nothing was
+        // refused (see the end), so the common batch is not copied.
         var accepted: [Operation] = []
         var refused: [(Operation, OperationState.EnqueueRefusal, OperationQueue?)] = []
+        // Positions (from 0) of the operations `claim` refused.
+        var refusedOffsets: [Int] = []
+        var offset = -1
         var customReadiness: [Operation] = []
         // With the recorder on: each linked operation, when, and whether it
         // was ready then.
@@ -136,16 +141,18 @@ extension OperationQueue {
                 let operation = operations[next]
                 operations.formIndex(after: &next)
                 inChunk += 1
+                offset += 1
                 if !refusedByGetter.isEmpty, refusedByGetter.contains(ObjectIdentifier(operation)) { continue }
                 if let (refusal, owner) = operation.claim(for: self) {
                     refused.append((operation, refusal, owner))
+                    refusedOffsets.append(offset)
                     continue
                 }
                 let custom = operation.overrides(.isReady)
                 state.link(operation, barrier: barrier, customReadiness: custom, customStart: operation.overrides(.start))
                 emitLocked(.added(operation))
                 linked += 1
-                if collect { accepted.append(operation) }
+                if instrumented { accepted.append(operation) }
                 if barrier {
                     state.barrierLinked(operation)
                 } else if custom {
@@ -181,7 +188,17 @@ extension OperationQueue {
                 if operation.loadState().isBaseReady, !operation.overrides(.isReady) { OperationInstrumentation.emit(.ready, operation, queue: self, at: addedAt) }
             }
         }
-        return collecting ? accepted : []
+        guard collecting else { return [] }
+        if refused.isEmpty, refusedByGetter.isEmpty {
+            if let whole = operations as? [Operation] { return whole }
+            return Array(operations)
+        }
+        var kept: [Operation] = []
+        for (position, operation) in operations.enumerated()
+        where !refusedOffsets.contains(position) && !refusedByGetter.contains(ObjectIdentifier(operation)) {
+            kept.append(operation)
+        }
+        return kept
     }
 
     /// Whether the caller is inside this queue's own work (an operation's

@@ -40,7 +40,10 @@ extension OperationQueue {
         // copied (`FinishPlan` is noncopyable).
         var primary: FinishPlan?
         var batch = FinishPlanBatch()
-        var readied: [Operation] = []
+        // Dependents that the last operations made ready, unretained: the
+        // plans below hold them until they are completed, after the loop's
+        // next lock acquisition has admitted them.
+        var readied: [Unmanaged<Operation>] = []
         var cancelledBatch: [Operation] = []
         // The list's references to operations retired under the lock, to
         // release after unlocking (each still counted: see `unlink`).
@@ -55,9 +58,11 @@ extension OperationQueue {
         while true {
             // Admit what the last operations made ready, retire them, settle
             // the retirements completed since, and pick the next operation.
-            for operation in readied {
-                let current = operation.loadState()
-                state.apply(operation, ready: current.isBaseReady, cancelled: current.isCancelled)
+            for entry in readied {
+                entry._withUnsafeGuaranteedRef { operation in
+                    let current = operation.loadState()
+                    state.apply(operation, ready: current.isBaseReady, cancelled: current.isCancelled)
+                }
             }
             readied.empty()
             // Whether a plan's tail (observers, completion block) runs
@@ -170,9 +175,7 @@ extension OperationQueue {
             guard let operation = next else { break }
 
             if startedInSlice == 0 { sliceStart = pool.hasWaitingJobs ? monotonicNanoseconds() : 0 }
-            if let worker {
-                worker.applyQualityOfService(index: Self.effectiveQualityOfService(operation: operation.loadState().qosIndex, queue: queueQoS))
-            }
+            worker?.applyQualityOfService(index: Self.effectiveQualityOfService(operation: operation.loadState().qosIndex, queue: queueQoS))
             if TraceRecorder.isActive {
                 TraceRecorder.shared.record(.started, operation, queue: self)
                 for cancelled in cancelledBatch { TraceRecorder.shared.record(.started, cancelled, queue: self) }
@@ -221,7 +224,7 @@ extension OperationQueue {
 
     /// Starts one dequeued operation; if it finished synchronously, releases
     /// its dependents and returns its plan for the loop to retire.
-    private func run(_ operation: Operation, customStart: Bool, readied: inout [Operation]) -> FinishPlan? {
+    private func run(_ operation: Operation, customStart: Bool, readied: inout [Unmanaged<Operation>]) -> FinishPlan? {
         guard let plan = operation.startFromQueue(customStart: customStart) else { return nil }
         plan.releaseDependents(collectingFor: self, into: &readied)
         return plan

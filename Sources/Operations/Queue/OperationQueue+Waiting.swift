@@ -111,15 +111,18 @@ extension OperationQueue {
             context.queueReference = Unmanaged.passUnretained(self)
             var plan = operation.startFromQueue(customStart: customStart)
             context.queueReference = savedQueue
-            var readied: [Operation] = []
+            // Unretained: `plan` holds them until it completes, below.
+            var readied: [Unmanaged<Operation>] = []
             plan?.releaseDependents(collectingFor: self, into: &readied)
             let countsRetirement = plan?.countsRetirement
             lock.lock()
             state.drainerBusy(false)
             state.drainerStopped()
-            for ready in readied {
-                let current = ready.loadState()
-                state.apply(ready, ready: current.isBaseReady, cancelled: current.isCancelled)
+            for entry in readied {
+                entry._withUnsafeGuaranteedRef { ready in
+                    let current = ready.loadState()
+                    state.apply(ready, ready: current.isBaseReady, cancelled: current.isCancelled)
+                }
             }
             readied.removeAll()
             var released: Unmanaged<Operation>?

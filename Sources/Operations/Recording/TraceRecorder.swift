@@ -20,8 +20,9 @@ final class TraceRecorder: @unchecked Sendable {
 
     static let shared = TraceRecorder()
 
-    /// Whether tracing is on: the one load every hook pays.
-    let active = Atomic<Bool>(false)
+    /// Whether tracing is on: the one load every hook pays. Static, so
+    /// that a hook reads it without retaining `shared`.
+    private static let active = Atomic<Bool>(false)
 
     private let lock = PlatformLock()
     private var buffers: [ThreadBuffer] = []
@@ -96,24 +97,24 @@ final class TraceRecorder: @unchecked Sendable {
 
     /// Whether hooks should record. One relaxed load.
     @inline(__always)
-    static var isActive: Bool { shared.active.load(ordering: .relaxed) }
+    static var isActive: Bool { active.load(ordering: .relaxed) }
 
     // MARK: Sessions
 
     func start() -> Bool {
         lock.withLock {
-            guard !active.load(ordering: .relaxed) else { return false }
+            guard !Self.active.load(ordering: .relaxed) else { return false }
             session.add(1, ordering: .relaxed)
             buffers = []
             startTime = monotonicNanoseconds()
-            active.store(true, ordering: .releasing)
+            Self.active.store(true, ordering: .releasing)
             return true
         }
     }
 
     func stop() -> OperationTrace {
         let (collected, begin) = lock.withLock { () -> ([ThreadBuffer], UInt64) in
-            active.store(false, ordering: .releasing)
+            Self.active.store(false, ordering: .releasing)
             defer { buffers = [] }
             return (buffers, startTime)
         }
