@@ -332,6 +332,41 @@ struct MisuseTests {
         #expect(log.events.sorted() == ["a", "b"])
     }
 
+    @Test("addOperations(waitUntilFinished: true) with refused operations waits for exactly the accepted ones")
+    func refusedInBatchWaitsForAcceptedOnly() {
+        // `other` runs in another queue until the helper thread lets it go;
+        // `b` runs here until the helper has watched the add not return.
+        let otherGate = Gate(), bStarted = Gate(), bGate = Gate(), returned = Gate(), helperDone = Gate()
+        let otherQueue = makeQueue("elsewhere")
+        // Longer than the helper's own wait, so that only the helper ends it.
+        let other = named("other") { otherGate.wait(timeout: patience * 6) }
+        otherQueue.addOperation(other)
+        let a = named("accepted-a")
+        let b = named("accepted-b") {
+            bStarted.open()
+            bGate.wait()
+        }
+        let seen = Recorder<String>()
+        spawnThread {
+            // The add must still be waiting for `b`...
+            if bStarted.wait(), returned.wait(timeout: negativeWindow) { seen.record("returned before b finished") }
+            bGate.open()
+            // ...and must return once `b` finished, without waiting for
+            // `other`, which is not its operation.
+            if !returned.wait() { seen.record("still waiting once b finished") }
+            otherGate.open()
+            helperDone.open()
+        }
+        let queue = makeQueue("batch-refused")
+        let reported = misuses { queue.addOperations([a, other, a, b], waitUntilFinished: true) }
+        returned.open()
+        #expect(helperDone.wait())
+        #expect(seen.events.isEmpty)
+        #expect(reported.map(\.code).sorted { "\($0)" < "\($1)" } == [OperationMisuse.Code.alreadyInQueue, .duplicateInBatch].sorted { "\($0)" < "\($1)" })
+        #expect(a.isFinished && b.isFinished)
+        #expect(otherQueue.waitUntilAllOperationsAreFinished(timeout: patience))
+    }
+
     // MARK: Queue configuration
 
     @Test("maxConcurrentOperationCount = -2")
