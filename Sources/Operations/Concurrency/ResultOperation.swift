@@ -204,8 +204,7 @@ open class ResultOperation<Success: Sendable, Failure: Error>: Operation, @unche
         }
         guard let taken = takeBody() else { return .finished }
         let (operations, work, carried) = (takenInputs(), taken, carriedContext)
-        unowned(unsafe) let context = ThreadContext.current
-        let queue = context.queue
+        let queue = ThreadContext.withCurrent { $0.queue }
         let qos = effectiveQualityOfService(queue: queue)
         // Registered before the task starts: with `Task.immediate` the body
         // runs its first part inside `start`, before a handle exists, and a
@@ -253,7 +252,11 @@ open class ResultOperation<Success: Sendable, Failure: Error>: Operation, @unche
             cancellation.holdHandle(AsyncBodyTask.start(priority: qos.taskPriority, onCallingThread: false, run))
             return .continues
         }
-        let (task, returned) = AsyncBodyTask.startInline(self, context: context, priority: qos.taskPriority, run)
+        // The context is lent (`withCurrent`), not retained: it lives as
+        // long as this thread.
+        let (task, returned) = ThreadContext.withCurrent {
+            AsyncBodyTask.startInline(self, context: $0, priority: qos.taskPriority, run)
+        }
         cancellation.holdHandle(task)
         return returned ? .finished : .continues
     }
