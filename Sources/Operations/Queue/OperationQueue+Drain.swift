@@ -83,19 +83,25 @@ extension OperationQueue {
                 state.retirementDone(owedRetirements)
                 owedRetirements = 0
             }
-            var next: Operation?
             var customStart = false
             // A completion block or observer runs before the next operation
             // is picked: it may wait for (or add) work that must be able to
-            // take the slot this loop would otherwise hold.
-            if !userTail, startedInSlice == 0 || !shouldYieldSlice(worker: worker, pool: pool, started: startedInSlice, since: sliceStart) {
-                next = state.popNext()
+            // take the slot this loop would otherwise hold. (A constant, so
+            // that binding it below borrows rather than retains.)
+            // Unretained while the list holds it; retained below before it
+            // starts (see `QueueState.popNext`).
+            let next: Unmanaged<Operation>? = if !userTail,
+                startedInSlice == 0 || !shouldYieldSlice(worker: worker, pool: pool, started: startedInSlice, since: sliceStart) {
+                state.popNext()
+            } else {
+                nil
             }
             if let next {
                 state.drainerBusy(true)
-                customStart = next.queueLink.has(QueueLink.Flags.customStart)
-                emitLocked(.started(next))
-                if !next.queueLink.has(QueueLink.Flags.holdsSlot) {
+                let link = next._withUnsafeGuaranteedRef { $0.queueLink }
+                customStart = link.has(QueueLink.Flags.customStart)
+                emitLocked(.started(next.takeUnretainedValue()))
+                if !link.has(QueueLink.Flags.holdsSlot) {
                     // Cancelled operations need no slot and no order: retire a
                     // batch of them per lock acquisition.
                     state.popCancelled(upTo: 63, into: &cancelledBatch)
@@ -172,19 +178,27 @@ extension OperationQueue {
                 state.drainerBusy(false)
                 continue
             }
-            guard let operation = next else { break }
-
+            guard let next else { break }
             if startedInSlice == 0 { sliceStart = pool.hasWaitingJobs ? monotonicNanoseconds() : 0 }
-            worker?.applyQualityOfService(index: Self.effectiveQualityOfService(operation: operation.loadState().qosIndex, queue: queueQoS))
-            if TraceRecorder.isActive {
-                TraceRecorder.shared.record(.started, operation, queue: self)
-                for cancelled in cancelledBatch { TraceRecorder.shared.record(.started, cancelled, queue: self) }
+            do {
+                // The loop's own reference while the operation starts: it may
+                // finish, leave the list and be released elsewhere meanwhile
+                // (a custom `start()`, an `async` body), which can make this
+                // the last reference. Its scope ends here, before the lock is
+                // taken again: the release may run the operation's `deinit`,
+                // user code (a regression test covers it).
+                let operation = next.takeUnretainedValue()
+                worker?.applyQualityOfService(index: Self.effectiveQualityOfService(operation: operation.loadState().qosIndex, queue: queueQoS))
+                if TraceRecorder.isActive {
+                    TraceRecorder.shared.record(.started, operation, queue: self)
+                    for cancelled in cancelledBatch { TraceRecorder.shared.record(.started, cancelled, queue: self) }
+                }
+                if OperationInstrumentation.isActive {
+                    OperationInstrumentation.emit(.started, operation, queue: self)
+                    for cancelled in cancelledBatch { OperationInstrumentation.emit(.started, cancelled, queue: self) }
+                }
+                primary = run(operation, customStart: customStart, readied: &readied)
             }
-            if OperationInstrumentation.isActive {
-                OperationInstrumentation.emit(.started, operation, queue: self)
-                for cancelled in cancelledBatch { OperationInstrumentation.emit(.started, cancelled, queue: self) }
-            }
-            primary = run(operation, customStart: customStart, readied: &readied)
             for cancelled in cancelledBatch {
                 if let plan = run(cancelled, customStart: false, readied: &readied) { batch.append(plan) }
             }

@@ -89,7 +89,7 @@ extension OperationQueue {
             if let deadline, deadline.hasPassed(now: now) { return false }
             let signal = WaitSignal()
             lock.lock()
-            let next = state.popNext()
+            let next = state.popNext()?.takeUnretainedValue()
             if let next {
                 state.drainerStarted()
                 state.drainerBusy(true)
@@ -111,6 +111,12 @@ extension OperationQueue {
             context.queueReference = Unmanaged.passUnretained(self)
             var plan = operation.startFromQueue(customStart: customStart)
             context.queueReference = savedQueue
+            // This thread's reference may be the operation's last (it may
+            // have finished elsewhere, as a custom `start()` or an `async`
+            // body can): it is dropped after the lock below is released,
+            // since the release may run its `deinit`. Under the lock, the
+            // plan holds the operation whenever it is used.
+            defer { withExtendedLifetime(operation) {} }
             // Unretained: `plan` holds them until it completes, below.
             var readied: [Unmanaged<Operation>] = []
             plan?.releaseDependents(collectingFor: self, into: &readied)

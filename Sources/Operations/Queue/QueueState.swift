@@ -313,28 +313,36 @@ struct QueueState {
     /// Picks the operation to start next and marks it dispatched: a cancelled
     /// operation first (without a slot), then the highest-priority ready
     /// operation if a slot is free. Returns nil when nothing can start.
-    mutating func popNext() -> Operation? {
+    ///
+    /// Unretained: the list holds it while it is linked; a caller that
+    /// starts it retains it first (it may finish, leave the list and be
+    /// released on another thread while its `start()` still runs).
+    mutating func popNext() -> Unmanaged<Operation>? {
         guard !isSuspended, nonEmptyLanes != 0 else { return nil }
         if nonEmptyLanes & 1 != 0, let node = lanes[Self.cancelledLane].first {
-            let operation = node.takeUnretainedValue()
-            removeFromLane(operation)
-            operation.queueLink.flags |= QueueLink.Flags.dispatched
-            return operation
+            node._withUnsafeGuaranteedRef { operation in
+                removeFromLane(operation)
+                operation.queueLink.flags |= QueueLink.Flags.dispatched
+            }
+            return node
         }
         guard usedSlots < effectiveWidth else { return nil }
         while nonEmptyLanes != 0 {
             let lane = nonEmptyLanes.trailingZeroBitCount
             guard let node = lanes[lane].first else { break }
-            let operation = node.takeUnretainedValue()
-            removeFromLane(operation)
-            // A base-readiness operation may have gained a dependency since it
-            // entered the lane: it comes back when that finishes.
-            if !operation.queueLink.has(QueueLink.Flags.customReadiness), !operation.loadState().isBaseReady {
-                continue
+            let startable = node._withUnsafeGuaranteedRef { operation -> Bool in
+                removeFromLane(operation)
+                // A base-readiness operation may have gained a dependency since
+                // it entered the lane: it comes back when that finishes.
+                if !operation.queueLink.has(QueueLink.Flags.customReadiness), !operation.loadState().isBaseReady {
+                    return false
+                }
+                operation.queueLink.flags |= QueueLink.Flags.dispatched | QueueLink.Flags.holdsSlot
+                return true
             }
-            operation.queueLink.flags |= QueueLink.Flags.dispatched | QueueLink.Flags.holdsSlot
+            guard startable else { continue }
             executing += 1
-            return operation
+            return node
         }
         return nil
     }

@@ -251,7 +251,8 @@ struct ReadyLaneStateTests {
     /// order, giving back the add-order list's retain of each.
     private func startAll(_ state: inout QueueState) -> [Operation] {
         var order: [Operation] = []
-        while let next = state.popNext() {
+        while let popped = state.popNext() {
+            let next = popped.takeUnretainedValue()
             order.append(next)
             if let owned = state.unlink(next, retirementPending: false) { owned.release() }
         }
