@@ -79,6 +79,7 @@ public enum StressRunner {
             chaos?.start()
             drive(round, chaos: chaos)
             chaos?.stop(timeout: configuration.waitTimeout)
+            round.runAccessorRaces()
             return finish(round)
         }
         var census = (tracked: 0, leaks: 0)

@@ -1,3 +1,4 @@
+import Synchronization
 #if canImport(Glibc)
 import Glibc
 #elseif canImport(Musl)
@@ -22,10 +23,19 @@ extension Operation {
     /// `body` may read and write the fields guarded by the lock bit. It must
     /// not call user code, take a queue's lock, or take another operation's
     /// lock except through `withStateLocks(_:_:_:)`.
+    ///
+    /// Every reference that `body` copies out of the guarded fields is
+    /// retained before the lock bit is released. The optimizer treats the
+    /// releasing store as unrelated to reference counting and, without the
+    /// fence below, could sink such a retain past it (it did, for
+    /// `dependencies` in release builds): another thread could then release
+    /// the field's reference, and free the object, in between. On x86-64
+    /// the fence emits no instruction; it only orders the compiler.
     @inline(__always)
     final func withStateLock<R: ~Copyable>(_ body: (inout OperationState) -> R) -> R {
         var state = OperationState(raw: acquireStateLock())
         let result = body(&state)
+        atomicMemoryFence(ordering: .acquiringAndReleasing)
         stateWord.store(state.raw, ordering: .releasing)
         return result
     }

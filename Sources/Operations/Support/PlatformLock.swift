@@ -192,7 +192,12 @@ struct InlineSpinLock: ~Copyable {
             spins += 1
             if spins > 64 { sched_yield() }
         }
-        defer { held.store(false, ordering: .releasing) }
+        defer {
+            // See `Operation.withStateLock`: keeps the retains of what
+            // `body` copied out above the releasing store.
+            atomicMemoryFence(ordering: .acquiringAndReleasing)
+            held.store(false, ordering: .releasing)
+        }
         return try body()
     }
 }
