@@ -18,15 +18,26 @@ enum DependencyGraph {
     /// from `dependency` to `dependent` along unfinished dependencies), as
     /// `[dependent, dependency, …, dependent]`, or nil.
     ///
+    /// Every dependencies list the search read is appended to `keepAlive`:
+    /// a caller that searches under a lock releases them after unlocking,
+    /// since another thread may meanwhile have dropped the last other
+    /// reference to an operation in them (its `deinit` is user code).
+    ///
     /// - Complexity: O(V + E) over the unfinished operations reachable from
     ///   `dependency`.
-    static func cycle(closedBy dependent: Operation, dependingOn dependency: Operation) -> [Operation]? {
+    static func cycle(
+        closedBy dependent: Operation,
+        dependingOn dependency: Operation,
+        keepingAlive keepAlive: inout [[Operation]]
+    ) -> [Operation]? {
         if dependency === dependent { return [dependent, dependent] }
         if dependent.loadState().isFinished || dependency.loadState().isFinished { return nil }
         var parent: [ObjectIdentifier: Operation] = [ObjectIdentifier(dependency): dependency]
         var stack = [dependency]
         while let node = stack.popLast() {
-            for next in node.unfinishedDependencies() where parent[ObjectIdentifier(next)] == nil {
+            let dependencies = node.unfinishedDependencies()
+            keepAlive.append(dependencies)
+            for next in dependencies where parent[ObjectIdentifier(next)] == nil {
                 parent[ObjectIdentifier(next)] = node
                 if next === dependent {
                     var path = [dependent]
@@ -44,18 +55,41 @@ enum DependencyGraph {
         return nil
     }
 
+    /// `cycle(closedBy:dependingOn:keepingAlive:)`, for a caller that holds
+    /// no lock.
+    static func cycle(closedBy dependent: Operation, dependingOn dependency: Operation) -> [Operation]? {
+        var kept: [[Operation]] = []
+        return cycle(closedBy: dependent, dependingOn: dependency, keepingAlive: &kept)
+    }
+
+    /// `cycles(reachableFrom:limit:keepingAlive:)`, for a caller that holds
+    /// no lock.
+    static func cycles(reachableFrom roots: [Operation], limit: Int = 16) -> [[Operation]] {
+        var kept: [[Operation]] = []
+        return cycles(reachableFrom: roots, limit: limit, keepingAlive: &kept)
+    }
+
     /// The dependency cycles among the unfinished operations reachable from
     /// `roots`, each as `[a, b, …, a]` where each depends on the next; at
     /// most `limit` of them.
     ///
+    /// Every dependencies list the search read is appended to `keepAlive`,
+    /// as in `cycle(closedBy:dependingOn:keepingAlive:)`.
+    ///
     /// - Complexity: O(V + E), iterative (no recursion on deep graphs).
-    static func cycles(reachableFrom roots: [Operation], limit: Int = 16) -> [[Operation]] {
+    static func cycles(
+        reachableFrom roots: [Operation],
+        limit: Int = 16,
+        keepingAlive keepAlive: inout [[Operation]]
+    ) -> [[Operation]] {
         enum Color { case active, done }
         var color: [ObjectIdentifier: Color] = [:]
         var found: [[Operation]] = []
         var seenCycles: Set<Set<ObjectIdentifier>> = []
         for root in roots where color[ObjectIdentifier(root)] == nil && !root.loadState().isFinished {
-            var stack: [(Operation, [Operation])] = [(root, root.unfinishedDependencies())]
+            let rootDependencies = root.unfinishedDependencies()
+            keepAlive.append(rootDependencies)
+            var stack: [(Operation, [Operation])] = [(root, rootDependencies)]
             color[ObjectIdentifier(root)] = .active
             while !stack.isEmpty {
                 guard let next = stack[stack.count - 1].1.popLast() else {
@@ -74,7 +108,9 @@ enum DependencyGraph {
                     continue
                 case nil:
                     color[ObjectIdentifier(next)] = .active
-                    stack.append((next, next.unfinishedDependencies()))
+                    let dependencies = next.unfinishedDependencies()
+                    keepAlive.append(dependencies)
+                    stack.append((next, dependencies))
                 }
             }
         }

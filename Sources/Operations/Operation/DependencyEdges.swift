@@ -67,12 +67,16 @@ extension Operation {
             unready.report(for: self)
             return
         }
+        // The lists the locked check below read, released after unlocking
+        // (they may hold the last reference to an operation; probe 10).
+        var searched: [[Operation]] = []
+        defer { withExtendedLifetime(searched) {} }
         if checksCycles {
             // Checked again with every other checked edit held off: two
             // threads adding `a → b` and `b → a` at once would otherwise both
             // pass the check above and close the cycle together.
             DependencyGraph.checkedEdits.lock()
-            if let cycle = DependencyGraph.cycle(closedBy: self, dependingOn: dependency) {
+            if let cycle = DependencyGraph.cycle(closedBy: self, dependingOn: dependency, keepingAlive: &searched) {
                 DependencyGraph.checkedEdits.unlock()
                 if !keys.isEmpty { notifyDidChange(keys.reversed()) }
                 reportCycle(cycle)

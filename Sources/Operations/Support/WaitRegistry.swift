@@ -196,6 +196,13 @@ private struct Analysis {
 
     var nodes: [Key: Node] = [:]
     var pendingOperations: [Operation] = []
+    /// Every operation and queue the analysis obtained, kept until the
+    /// analysis itself is released, after the registry's lock (see
+    /// `WaitRegistry.begin`). Another thread may meanwhile drop the last
+    /// other reference to one of them, and its `deinit` (user code) must
+    /// not run under the lock when a temporary goes out of scope (probe 10).
+    private var heldLists: [[Operation]] = []
+    private var heldObjects: [AnyObject] = []
 
     init(origin: WaitRegistry.Record, records: [WaitRegistry.Record]) {
         self.origin = origin
@@ -249,6 +256,7 @@ private struct Analysis {
             guard nodes[key] == nil else { return key }
             nodes[key] = Node()
             let members = queue.analysisOperations()
+            heldLists.append(members)
             let needs = members.map { explore($0) }
             nodes[key]?.needs = needs
             if needs.isEmpty { nodes[key]?.fixed = false }
@@ -258,6 +266,7 @@ private struct Analysis {
             guard nodes[key] == nil else { return key }
             nodes[key] = Node()
             let members = queue.analysisOperations()
+            heldLists.append(members)
             let holders = members.map { explore($0) }
             if holders.isEmpty { nodes[key]?.fixed = false } else { nodes[key]?.anyOf = holders }
             return key
@@ -293,16 +302,25 @@ private struct Analysis {
             pendingOperations.append(operation)
             // The stored edges, not the `open` getter: an override is user
             // code, and this runs under the registry's lock.
-            for dependency in operation.unfinishedDependencies() where dependency !== operation {
+            let dependencies = operation.unfinishedDependencies()
+            heldLists.append(dependencies)
+            for dependency in dependencies where dependency !== operation {
                 result.needs.append(explore(dependency))
             }
         }
-        guard let queue = operation.owningQueueForAnalysis(),
-              let snapshot = queue.analysisSnapshot(of: operation) else {
+        guard let queue = operation.owningQueueForAnalysis() else {
             // In no queue: once ready, whoever holds it may start it.
             if result.needs.isEmpty { result.fixed = false }
             return result
         }
+        heldObjects.append(queue)
+        guard let snapshot = queue.analysisSnapshot(of: operation) else {
+            if result.needs.isEmpty { result.fixed = false }
+            return result
+        }
+        if let barrier = snapshot.barrier { heldObjects.append(barrier) }
+        heldLists.append(snapshot.earlier)
+        heldLists.append(snapshot.slotHolders)
         if snapshot.dispatched || snapshot.suspended { return Node(fixed: false) }
         if !state.isCancelled {
             if let barrier = snapshot.barrier { result.needs.append(explore(barrier)) }
@@ -320,7 +338,9 @@ private struct Analysis {
 
     private mutating func solve() {
         // Dependency cycles alone are Foundation's semantics, not a wait cycle.
-        for cycle in DependencyGraph.cycles(reachableFrom: pendingOperations) {
+        let cycles = DependencyGraph.cycles(reachableFrom: pendingOperations, keepingAlive: &heldLists)
+        heldLists.append(contentsOf: cycles)
+        for cycle in cycles {
             for operation in cycle { nodes[.operation(ObjectIdentifier(operation))]?.fixed = false }
         }
         for key in nodes.keys {

@@ -5,7 +5,9 @@
 // `deinit`, which is user code: it must run with no library lock held. Found
 // in review (round 9): the loop held its reference until after it had taken
 // the queue's lock for its next step, so a `deinit` that used the queue
-// deadlocked. Exit tests: a deadlock fails the child, not the run.
+// deadlocked. Probe 10 found two more: a wait's analysis and the locked
+// cycle check released what they had read under their locks. Exit tests: a
+// deadlock fails the child, not the run.
 
 import Dispatch
 import Testing
@@ -72,12 +74,118 @@ func scenarioDeinitOfOperationReleasedByDrainLoop() {
     }
 }
 
+/// An operation whose `deinit` runs `onDeinit`.
+final class DeinitReportingOperation: Operation, @unchecked Sendable {
+    // @unchecked Sendable: both closures are set once.
+    private let work: @Sendable () -> Void
+    private let onDeinit: @Sendable () -> Void
+
+    init(work: @escaping @Sendable () -> Void = {}, onDeinit: @escaping @Sendable () -> Void) {
+        self.work = work
+        self.onDeinit = onDeinit
+    }
+
+    deinit { onDeinit() }
+
+    override func main() { work() }
+}
+
+/// Runs `body` on another thread; exits with status 3 if it does not return
+/// within `seconds` (a thread deadlocked on a library lock cannot be freed).
+func exitIfItHangs(seconds: Int, _ body: @escaping @Sendable () -> Void) {
+    let done = Gate()
+    spawnThread {
+        body()
+        done.open()
+    }
+    guard done.wait(timeout: .seconds(seconds)) else { exit(3) }
+}
+
+/// An operation waits, without a deadline, for another queue whose
+/// operations finish meanwhile: the wait's analysis (is it a wait that can
+/// never end?) reads that queue's operations under the wait registry's lock
+/// and may be the last to hold one of them. Its `deinit` makes a wait too,
+/// which takes the same lock (probe 10, found in debug and release builds).
+func scenarioDeinitDuringWaitAnalysis() {
+    let idle = OperationQueue()
+    exitIfItHangs(seconds: 60) {
+        for _ in 0..<30 {
+            let watched = OperationQueue()
+            watched.maxConcurrentOperationCount = 2
+            for _ in 0..<300 {
+                watched.addOperation(DeinitReportingOperation(work: { usleep(20) }, onDeinit: {
+                    idle.waitUntilAllOperationsAreFinished()
+                }))
+            }
+            let waiter = OperationQueue()
+            waiter.addOperation { watched.waitUntilAllOperationsAreFinished() }
+            waiter.waitUntilAllOperationsAreFinished()
+        }
+    }
+}
+
+/// With cycle reporting on, `addDependency` searches the graph under a
+/// lock of its own while another thread removes edges it has passed, so
+/// that the search holds the last reference to an operation, whose
+/// `deinit` adds a dependency (and takes that lock). Probe 10 hit it in
+/// release builds; this version failed one debug run in two before the fix.
+func scenarioDeinitDuringCycleCheck() {
+    OperationMisuse.reportsDependencyCycles = true
+    exitIfItHangs(seconds: 120) {
+        for _ in 0..<10 {
+            var chain: [Operation] = []
+            var last: Operation = BlockOperation {}
+            for _ in 0..<1_000 {
+                let operation = BlockOperation {}
+                operation.addDependency(last)
+                chain.append(operation)
+                last = operation
+            }
+            let victims = LockedValue<[(Operation, Operation)]>([])
+            for index in stride(from: 0, to: chain.count, by: 2) {
+                let side = BlockOperation {}
+                let victim = DeinitReportingOperation(onDeinit: { BlockOperation {}.addDependency(BlockOperation {}) })
+                victim.addDependency(BlockOperation {})
+                side.addDependency(victim)
+                chain[index].addDependency(side)
+                victims.withLock { $0.append((side, victim)) }
+            }
+            let removed = Gate()
+            spawnThread {
+                while let (owner, victim) = victims.withLock({ $0.popLast() }) { owner.removeDependency(victim) }
+                removed.open()
+            }
+            let newcomer = BlockOperation {}
+            for _ in 0..<10 {
+                newcomer.addDependency(last)
+                newcomer.removeDependency(last)
+            }
+            guard removed.wait(timeout: .seconds(60)) else { exit(4) }
+            withExtendedLifetime(chain) {}
+        }
+    }
+}
+
 @Suite("Releases outside library locks")
 struct ReleaseOutsideLockTests {
     @Test("an operation whose last reference is its drain loop's is deinitialized with no queue lock held (50 rounds)")
     func drainLoopReleasesOutsideTheLock() async {
         await #expect(processExitsWith: .success) {
             scenarioDeinitOfOperationReleasedByDrainLoop()
+        }
+    }
+
+    @Test("the analysis of a wait that might never end releases what it read after the registry's lock (30 rounds)")
+    func waitAnalysisReleasesOutsideTheLock() async {
+        await #expect(processExitsWith: .success) {
+            scenarioDeinitDuringWaitAnalysis()
+        }
+    }
+
+    @Test("the locked cycle check of addDependency releases what it read after its lock (10 rounds)")
+    func cycleCheckReleasesOutsideTheLock() async {
+        await #expect(processExitsWith: .success) {
+            scenarioDeinitDuringCycleCheck()
         }
     }
 }
