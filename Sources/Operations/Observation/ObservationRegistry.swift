@@ -112,7 +112,14 @@ final class ObserverEntry<Root: AnyObject, Value>: AnyObserverEntry, @unchecked 
     /// delivers the `.initial` notification if requested.
     func start(on root: Root) {
         let value = read(root)
-        stateLock.withLock { lastValue = value }
+        // A value recorded meanwhile (a concurrent change) may hold user
+        // objects: released after unlocking.
+        let replaced: Value? = stateLock.withLock {
+            let previous = lastValue
+            lastValue = value
+            return previous
+        }
+        withExtendedLifetime(replaced) {}
         if options.contains(.initial) {
             handler(root, ObservedChange(newValue: options.contains(.new) ? value : nil, oldValue: nil, isPrior: false))
         }
