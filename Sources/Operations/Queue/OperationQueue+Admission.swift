@@ -290,9 +290,9 @@ extension OperationQueue {
     /// accepted). Waits for the last first: by then most others are done,
     /// so the rest cost one atomic load each.
     final func waitForOperations(_ operations: [Operation]) {
-        for operation in operations.reversed() {
-            guard operation.performWait(deadline: nil) else { return }
-        }
+        // Borrowed from the array, not retained: the workers are touching
+        // these operations' reference counts meanwhile.
+        operations.forEachBorrowedInReverse { $0.performWait(deadline: nil) }
     }
 
     func reportRefusedAdd(

@@ -172,6 +172,10 @@ extension OperationQueue {
                 }
             }
             effects.perform(on: self)
+            // Emptied now: left as is, its references (a drain executor,
+            // wakeups) would be released at the end of the iteration, under
+            // the lock taken again by then.
+            effects = QueueEffects()
             if userTail {
                 // Pick the next operation now that the tail has run.
                 lock.lock()
