@@ -108,7 +108,7 @@ func exitIfItHangs(seconds: Int, _ body: @escaping @Sendable () -> Void) {
 /// which takes the same lock (probe 10, found in debug and release builds).
 func scenarioDeinitDuringWaitAnalysis() {
     let idle = OperationQueue()
-    exitIfItHangs(seconds: 60) {
+    exitIfItHangs(seconds: 300) {
         for _ in 0..<30 {
             let watched = OperationQueue()
             watched.maxConcurrentOperationCount = 2
@@ -131,7 +131,8 @@ func scenarioDeinitDuringWaitAnalysis() {
 /// release builds; this version failed one debug run in two before the fix.
 func scenarioDeinitDuringCycleCheck() {
     OperationMisuse.reportsDependencyCycles = true
-    exitIfItHangs(seconds: 120) {
+    // Generous bounds: under ThreadSanitizer the ten rounds take about 80 s.
+    exitIfItHangs(seconds: 600) {
         for _ in 0..<10 {
             var chain: [Operation] = []
             var last: Operation = BlockOperation {}
@@ -160,7 +161,7 @@ func scenarioDeinitDuringCycleCheck() {
                 newcomer.addDependency(last)
                 newcomer.removeDependency(last)
             }
-            guard removed.wait(timeout: .seconds(60)) else { exit(4) }
+            guard removed.wait(timeout: .seconds(300)) else { exit(4) }
             withExtendedLifetime(chain) {}
         }
     }
