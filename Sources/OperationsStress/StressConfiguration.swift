@@ -47,6 +47,12 @@ public struct StressConfiguration: Sendable, Hashable {
     /// to operations, closures and queues to go (threads that finished an
     /// operation may still hold it for a moment) before it reports leaks.
     public var censusTimeout: Duration
+    /// Whether the round ends with `StressRound.runAccessorRaces`: up to
+    /// 250 ms of two threads racing reads of an operation's properties
+    /// against edits. Off by default, so that a test suite running rounds
+    /// in parallel with other tests does not spend two cores on it; `ops
+    /// soak` turns it on.
+    public var accessorRaces: Bool
 
     /// Deliberate faults in the engine's own use of the library, to check
     /// that the checks catch what they are meant to catch. Each makes the
@@ -93,7 +99,8 @@ public struct StressConfiguration: Sendable, Hashable {
         injectedFault: InjectedFault = .none,
         checksInvariants: Bool = _isDebugAssertConfiguration(),
         censusTimeout: Duration = .seconds(10),
-        blockingObservers: Bool = true
+        blockingObservers: Bool = true,
+        accessorRaces: Bool = false
     ) {
         self.seed = seed
         self.operations = max(1, operations)
@@ -107,6 +114,7 @@ public struct StressConfiguration: Sendable, Hashable {
         self.checksInvariants = checksInvariants
         self.censusTimeout = censusTimeout
         self.blockingObservers = blockingObservers
+        self.accessorRaces = accessorRaces
     }
 }
 

@@ -79,7 +79,7 @@ public enum StressRunner {
             chaos?.start()
             drive(round, chaos: chaos)
             chaos?.stop(timeout: configuration.waitTimeout)
-            round.runAccessorRaces()
+            if configuration.accessorRaces { round.runAccessorRaces() }
             return finish(round)
         }
         var census = (tracked: 0, leaks: 0)

@@ -134,7 +134,7 @@ struct AsyncBodyTests {
         spawnThread { if started.wait() { operation.cancel() } }
         let queue = OperationQueue()
         await queue.addOperation(operation)
-        let result = try await withTimeLimit(40) { () -> Result<Int, any Error>? in
+        let result = try await withTimeLimit(90) { () -> Result<Int, any Error>? in
             await operation.finished()
             return operation.result
         }

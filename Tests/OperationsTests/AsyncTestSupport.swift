@@ -11,8 +11,14 @@ struct TimeLimitExceeded: Error, CustomStringConvertible {
 
 /// Runs `body`, failing with `TimeLimitExceeded` if it takes longer than
 /// `seconds`, so that a broken async path fails the test instead of hanging.
+///
+/// The default bound is generous: on a 2-core machine Swift's cooperative
+/// pool has two threads, and synchronous tests that block (on purpose, with
+/// bounded waits) run on them, so an async step that takes milliseconds
+/// alone has waited 7–16 s for a thread in full-suite runs, and more under
+/// the sanitizers (one CI run failed at the former 10 s).
 func withTimeLimit<T: Sendable>(
-    _ seconds: Double = 10,
+    _ seconds: Double = 60,
     _ body: @escaping @Sendable () async throws -> T
 ) async throws -> T {
     try await withThrowingTaskGroup(of: T?.self) { group in

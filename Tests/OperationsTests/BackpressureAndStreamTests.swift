@@ -13,7 +13,7 @@ struct BackpressureTests {
         let peak = Atomic<Int>(0)
         let done = Atomic<Int>(0)
         let total = 2_000
-        try await withTimeLimit(30) {
+        try await withTimeLimit(90) {
             for _ in 0..<total {
                 await queue.addOperation {
                     let count = queue.operationCount

@@ -323,7 +323,7 @@ struct WorkerMisuseTests {
         operation.name = "spawned-body"
         BodyHandle.shared.operation = operation
         await queue.addOperation(operation)
-        try await withTimeLimit(30) { await done.opened() }
+        try await withTimeLimit(90) { await done.opened() }
         #expect(log.events.isEmpty, "\(log.events.map(\.message))")
         #expect(observed.events == [
             "body sees current: its queue",
@@ -331,7 +331,7 @@ struct WorkerMisuseTests {
             "current: nil",
             "extra cancelled: true",
         ])
-        try await withTimeLimit(30) { await limited.drained() }
+        try await withTimeLimit(90) { await limited.drained() }
         BodyHandle.shared.operation = nil
     }
 

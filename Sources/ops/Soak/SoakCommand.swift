@@ -146,7 +146,8 @@ struct Soak: OpsCommand, Sendable {
                 installsProcessWideMisuseHandler: true,
                 injectedFault: fault,
                 checksInvariants: checkInvariants || _isDebugAssertConfiguration(),
-                blockingObservers: blockingObservers
+                blockingObservers: blockingObservers,
+                accessorRaces: true
             )
             let report = StressRunner.run(configuration)
             roundsRun += 1

@@ -131,8 +131,13 @@ func scenarioDeinitDuringWaitAnalysis() {
 /// release builds; this version failed one debug run in two before the fix.
 func scenarioDeinitDuringCycleCheck() {
     OperationMisuse.reportsDependencyCycles = true
-    // Generous bounds: under ThreadSanitizer the ten rounds take about 80 s.
-    exitIfItHangs(seconds: 600) {
+    // The search has to be long for the race to be hit (fewer, shorter
+    // rounds never hit it before the fix): this child process runs at the
+    // lowest priority, so that it does not starve the tests running beside
+    // it. Generous bounds: they only catch deadlocks, and sanitizers slow
+    // the rounds down about tenfold.
+    _ = nice(19)
+    exitIfItHangs(seconds: 900) {
         for _ in 0..<10 {
             var chain: [Operation] = []
             var last: Operation = BlockOperation {}
