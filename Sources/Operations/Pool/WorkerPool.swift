@@ -161,6 +161,9 @@ final class WorkerPool: @unchecked Sendable {
     private func dispatchLocked(wake: inout [Worker], spawn: inout [Worker]) {
         while queuedJobs > spinning, active - blocked < targetConcurrency {
             if let worker = parked.popLast() {
+                // Only a worker that is parked now may be handed a job (the
+                // list holds each parked worker once; see `nextJob`).
+                guard worker.isParked, worker.handedJob == nil else { continue }
                 worker.handedJob = dequeueLocked()
                 worker.isParked = false
                 worker.holdsJob = true
@@ -364,14 +367,21 @@ final class WorkerPool: @unchecked Sendable {
                 lock.unlock()
                 return handed
             }
-            if !woken, worker.isParked {
+            // No job: the wait timed out, or the wake-up is a stale one (a
+            // job handed just as an earlier wait timed out was taken then;
+            // its signal stayed pending and ended this wait at once). Either
+            // way the worker leaves the parked list before it parks again:
+            // listed twice, it would be handed a job while busy, and that
+            // job would wait for whatever it runs (a lost drain loop, or a
+            // deadlock when that waits for the job; Queuer's port found it).
+            if worker.isParked {
                 parked.removeAll { $0 === worker }
                 worker.isParked = false
-                if workers.count > targetConcurrency {
-                    workers.removeAll { $0 === worker }
-                    lock.unlock()
-                    return nil
-                }
+            }
+            if !woken, workers.count > targetConcurrency {
+                workers.removeAll { $0 === worker }
+                lock.unlock()
+                return nil
             }
         }
     }
@@ -578,6 +588,12 @@ final class WorkerPool: @unchecked Sendable {
             "workers \(workers) (peak \(peakWorkers)), active \(active), blocked \(blocked), parked \(parked), queued jobs \(queuedJobs)"
         }
     }
+
+    /// For tests: the parked workers, in the order they parked.
+    var parkedWorkers: [Worker] { lock.withLock { parked } }
+
+    /// For tests: whether `worker` is parked.
+    func isParked(_ worker: Worker) -> Bool { lock.withLock { worker.isParked } }
 
     var snapshot: Snapshot {
         lock.withLock {
