@@ -3,6 +3,20 @@ import Testing
 
 @Suite("diagnostics")
 struct DiagnosticsTests {
+    @Test("an operation with its own start(), started by its queue, is reported executing, not waiting for a slot (Queuer port)")
+    func customStartReportedExecuting() {
+        let queue = OperationQueue()
+        let operation = ManualConcurrentOperation()
+        operation.name = "own-start"
+        queue.addOperation(operation)
+        #expect(operation.started.wait())
+        let report = queue.diagnostics().operations.first { $0.subject.contains("own-start") }
+        #expect(report?.phase == "executing")
+        #expect(report?.reasons == [.asynchronousFinish])
+        operation.finish()
+        #expect(queue.waitUntilAllOperationsAreFinished(timeout: patience))
+    }
+
     @Test("the report says why each operation is not running")
     func report() {
         let queue = OperationQueue()

@@ -9,8 +9,9 @@ extension OperationQueue {
     /// Print it (its `description` is a multi-line text) or inspect its
     /// fields.
     public func diagnostics() -> Diagnostics {
-        let (members, suspended, width, executing, ready, held, limit) = lock.withLock {
-            (state.operations, state.isSuspended, state.width, state.executing, state.readyCount, state.heldCount, state.pendingLimit)
+        let (members, suspended, width, executing, ready, held, limit, started) = lock.withLock {
+            (state.operations, state.isSuspended, state.width, state.executing, state.readyCount, state.heldCount, state.pendingLimit,
+             Set(state.slotHolders.map(ObjectIdentifier.init)))
         }
         let summary = Diagnostics.QueueSummary(
             subject: misuseSubject,
@@ -23,7 +24,9 @@ extension OperationQueue {
             pendingLimit: limit
         )
         let cycles = DependencyGraph.cycles(reachableFrom: members)
-        let reports = members.map { Diagnostics.OperationReport($0, queue: self, summary: summary, cycles: cycles) }
+        let reports = members.map {
+            Diagnostics.OperationReport($0, queue: self, summary: summary, cycles: cycles, startedByQueue: started.contains(ObjectIdentifier($0)))
+        }
         return Diagnostics(
             queue: summary,
             operations: reports,
@@ -113,12 +116,18 @@ extension OperationQueue {
             /// Why it is not running, or what it waits for, most direct first.
             public let reasons: [Reason]
 
-            init(_ operation: Operation, queue: OperationQueue?, summary: QueueSummary? = nil, cycles: [[Operation]] = []) {
+            /// `startedByQueue`: its queue has called its `start()` and it
+            /// holds a slot (for a class that overrides `start()`, the only
+            /// sign that it is executing).
+            init(_ operation: Operation, queue: OperationQueue?, summary: QueueSummary? = nil, cycles: [[Operation]] = [], startedByQueue: Bool = false) {
                 let state = operation.loadState()
                 subject = operation.misuseSubject
-                phase = state.phase.rawValue
+                // A class with its own `start()` never sets the base state:
+                // once its queue started it, it is executing, not pending.
+                let ownStart = startedByQueue && state.phase == .pending
+                phase = ownStart ? OperationState.Phase.executing.rawValue : state.phase.rawValue
                 isCancelled = state.isCancelled
-                reasons = Self.reasons(for: operation, state: state, summary: summary, cycles: cycles)
+                reasons = ownStart ? [.asynchronousFinish] : Self.reasons(for: operation, state: state, summary: summary, cycles: cycles)
             }
 
             private static func reasons(for operation: Operation, state: OperationState, summary: QueueSummary?, cycles: [[Operation]]) -> [Reason] {
