@@ -326,7 +326,7 @@ func expectQueueInvariants(_ queue: OperationQueue, sourceLocation: SourceLocati
 /// With `holdingNextFinishedRead`, the first read of `isFinished` after
 /// the finish was announced (the library's, on the finishing thread) opens
 /// `finishedReadEntered` and waits, bounded, for `finishedReadRelease`.
-final class ManualConcurrentOperation: Operation, @unchecked Sendable {
+class ManualConcurrentOperation: Operation, @unchecked Sendable {
     // @unchecked Sendable: `flags` is locked; the gates and `armed` are Sendable.
     private let flags = LockedValue<(executing: Bool, finished: Bool)>((false, false))
     private let armed = Atomic<Bool>(false)

@@ -20,9 +20,8 @@ import Musl
 
 /// A concurrent operation whose `start()` has another thread finish it, and
 /// returns only once that finish is complete; `deinit` calls `onDeinit`.
-final class FinishedElsewhereDuringStart: Operation, @unchecked Sendable {
-    // @unchecked Sendable: `flags` is locked; `onDeinit` is set once.
-    private let flags = LockedValue<(executing: Bool, finished: Bool)>((false, false))
+final class FinishedElsewhereDuringStart: ManualConcurrentOperation, @unchecked Sendable {
+    // @unchecked Sendable: `onDeinit` is set once.
     private let onDeinit: @Sendable () -> Void
 
     init(onDeinit: @escaping @Sendable () -> Void) {
@@ -31,14 +30,8 @@ final class FinishedElsewhereDuringStart: Operation, @unchecked Sendable {
 
     deinit { onDeinit() }
 
-    override var isAsynchronous: Bool { true }
-    override var isExecuting: Bool { flags.withLock { $0.executing } }
-    override var isFinished: Bool { flags.withLock { $0.finished } }
-
     override func start() {
-        willChangeValue(forKey: "isExecuting")
-        flags.withLock { $0.executing = true }
-        didChangeValue(forKey: "isExecuting")
+        super.start()
         let finished = Gate()
         // Weak: the finishing thread must not keep the operation alive once
         // its finish has run.
@@ -47,14 +40,6 @@ final class FinishedElsewhereDuringStart: Operation, @unchecked Sendable {
             finished.open()
         }
         _ = finished.wait()
-    }
-
-    private func finish() {
-        willChangeValue(forKey: "isFinished")
-        willChangeValue(forKey: "isExecuting")
-        flags.withLock { $0 = (false, true) }
-        didChangeValue(forKey: "isExecuting")
-        didChangeValue(forKey: "isFinished")
     }
 }
 
