@@ -32,11 +32,10 @@ extension OperationQueue {
         }
         // Readiness is user code: read it outside the lock, and apply only
         // the newest evaluation (another notification may overtake this one).
-        let epoch = lock.withLock { () -> UInt32? in
+        let epoch = lock.withLock { () -> UInt64? in
             guard operation.queueLink.has(QueueLink.Flags.linked),
                   !operation.queueLink.has(QueueLink.Flags.dispatched) else { return nil }
-            operation.queueLink.readinessEpoch &+= 1
-            return operation.queueLink.readinessEpoch
+            return state.beginReadinessEvaluation(of: operation)
         }
         guard let epoch else { return }
         let ready = operation.reportedReady
@@ -45,7 +44,7 @@ extension OperationQueue {
         let cancelled = operation.loadState().isCancelled
         var change: (kind: OperationEvent.Kind, time: ContinuousClock.Instant)?
         lock.lock()
-        if operation.queueLink.readinessEpoch == epoch {
+        if state.isNewestReadinessEvaluation(epoch, of: operation) {
             state.apply(operation, ready: ready, cancelled: cancelled)
             change = readinessChangeLocked(operation, ready: ready)
         }

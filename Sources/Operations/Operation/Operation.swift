@@ -45,8 +45,9 @@ open class Operation: @unchecked Sendable {
     // @unchecked Sendable, justified field by field:
     // - `stateWord` is atomic; bit 0 is a lock bit (`OperationCore.swift`,
     //   the only file that changes the word).
-    // - `storedDependencies`, `storedDependents`, `membership` and `extras`
-    //   are read and written only while that lock bit is held.
+    // - `storedDependencies`, `dependentsAndExtras` (which holds
+    //   `storedDependents` and `extras`) and `membership` are read and
+    //   written only while that lock bit is held.
     // - `queueLink` is read and written only by the files of `Queue/`, while
     //   the lock of the queue that owns the operation is held.
 
@@ -59,15 +60,15 @@ open class Operation: @unchecked Sendable {
 
     /// The operations this one waits for, retained (see `DependencyEdges.swift`).
     @exclusivity(unchecked) final var storedDependencies: OperationList = .empty
-    /// The operations waiting for this one, unretained (see `DependentList`).
-    @exclusivity(unchecked) final var storedDependents: DependentList = .empty
+    /// The operations waiting for this one and the rarely used storage, in
+    /// one word (see `DependentsAndExtras`); read through `storedDependents`
+    /// and `extras`.
+    @exclusivity(unchecked) final var dependentsAndExtras: DependentsAndExtras = .empty
     /// The queue that owns the operation, unretained: the queue keeps itself
     /// alive while it holds operations or has retirements in flight (see
     /// `OperationQueue.retainedSelf`), which covers every use through this
     /// field (`QueueMembership.swift`).
     @exclusivity(unchecked) final var membership: Unmanaged<OperationQueue>?
-    /// Rarely used storage, allocated on first use.
-    @exclusivity(unchecked) final var extras: OperationExtras?
 
     /// The operation's place in its queue. Owned by the queue (see `QueueLink`).
     @exclusivity(unchecked) final var queueLink = QueueLink()
@@ -75,6 +76,19 @@ open class Operation: @unchecked Sendable {
     /// Creates a pending operation with normal priority and default quality
     /// of service.
     public init() {}
+
+    /// The operations waiting for this one, unretained (see `DependentList`).
+    /// Call with the lock bit held.
+    final var storedDependents: DependentList {
+        @inline(__always) get { dependentsAndExtras.dependents }
+        @inline(__always) set { dependentsAndExtras.dependents = newValue }
+    }
+
+    /// Rarely used storage, or nil before its first use (created by
+    /// `extrasWhileLocked()`). Call with the lock bit held.
+    final var extras: OperationExtras? {
+        @inline(__always) get { dependentsAndExtras.extras }
+    }
 
     deinit {
         // A state-change stream of an operation that never finished ends here.
@@ -417,6 +431,9 @@ extension Operation: CustomStringConvertible {}
 /// Rarely used per-operation storage, allocated on first use so that a plain
 /// operation stays small. Guarded by the owning operation's state lock bit.
 final class OperationExtras {
+    /// The operation's dependents, once the extras exist (see
+    /// `DependentsAndExtras`).
+    var dependents: DependentList = .empty
     var name: String?
     var completionBlock: (@Sendable () -> Void)?
     var threadPriority: Double = 0.5

@@ -139,7 +139,8 @@ extension Operation {
     final func extrasWhileLocked() -> OperationExtras {
         if let extras { return extras }
         let created = OperationExtras()
-        extras = created
+        created.dependents = storedDependents
+        dependentsAndExtras = .extras(created)
         return created
     }
 }

@@ -316,6 +316,12 @@ extension OperationQueue {
 }
 
 extension OperationQueue {
+    /// Numbers the next operations added from `sequence` (tests: crossing
+    /// the point where add sequences wrap). Only for an empty queue.
+    final func setNextAddSequence(_ sequence: UInt32) {
+        lock.withLock { state.setNextSequence(sequence) }
+    }
+
     /// Whether this queue has called `operation`'s `start()` and still holds
     /// it. Only for an operation this queue owns (or owned: a finished one
     /// is unlinked and never joins another queue).

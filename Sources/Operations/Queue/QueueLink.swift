@@ -21,29 +21,29 @@ struct QueueLink {
     /// late heap (`heapIndex`, with `Flags.inLateHeap`; see `ReadyLane`).
     private var laneWord: UInt = 0
     private var laneOtherWord: UInt = 0
+    // The three small fields below fill one word. The operation's barrier
+    // segment is not stored: `QueueState` finds it from `sequence` (each
+    // segment records the sequence it starts at), and the readiness epoch of
+    // an operation whose readiness is user code lives in a table of the
+    // queue. Together they keep `Operation` within one malloc size class
+    // (see BENCHMARKS.md, W8).
+
     /// Which list holds the operation for dispatch: `noLane`, a ready lane
     /// (`QueueState.cancelledLane` or a priority lane), or `heldLane` (ready
     /// but waiting behind a barrier).
     var lane: Int8 = QueueLink.noLane
     /// `Flags` bits.
     var flags: UInt16 = 0
-    /// The number of barriers added to the queue before this operation: its
-    /// barrier segment.
-    var segment: UInt32 = 0
-    /// Incremented on each readiness notification of an operation whose
-    /// readiness is user code (an `isReady` or `isCancelled` override), so
-    /// that only the newest evaluation is applied.
-    var readinessEpoch: UInt32 = 0
     /// The operation's place in the order operations were added to the
     /// queue (wrapping; compared with `ReadyLane.precedes`). Ready
-    /// operations of equal priority start in this order, as in Foundation.
+    /// operations of equal priority start in this order, as in Foundation,
+    /// and it places the operation in its barrier segment.
     var sequence: UInt32 = 0
 
     init() {}
 
-    init(previous: Unmanaged<Operation>?, segment: UInt32, sequence: UInt32) {
+    init(previous: Unmanaged<Operation>?, sequence: UInt32) {
         self.previous = previous
-        self.segment = segment
         self.sequence = sequence
     }
 

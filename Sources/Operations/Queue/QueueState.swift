@@ -35,6 +35,10 @@ struct QueueState {
     struct Segment {
         /// The barrier that gates this segment, until it finishes.
         var gate: Unmanaged<Operation>?
+        /// The add sequence (`QueueLink.sequence`) of the segment's first
+        /// operation: the one after its barrier's. An operation belongs to
+        /// the last segment that starts at or before its sequence.
+        var start: UInt32 = 0
         /// Unfinished non-barrier operations of the segment.
         var unfinished = 0
         /// Ready operations waiting for `gate`.
@@ -84,6 +88,12 @@ struct QueueState {
     /// number `firstSegment`.
     private(set) var segments: [Segment] = [Segment()]
     private(set) var firstSegment: UInt32 = 0
+
+    /// For operations whose readiness is user code: the epoch of the newest
+    /// readiness evaluation started (see `beginReadinessEvaluation(of:)`).
+    /// An entry lives while its operation is linked.
+    private var readinessEpochs: [ObjectIdentifier: UInt64] = [:]
+    private var nextReadinessEpoch: UInt64 = 0
 
     /// Drain loops requested from the executor but not yet running (0 or 1).
     private(set) var pendingDrainers = 0
@@ -137,12 +147,18 @@ struct QueueState {
         var flags = QueueLink.Flags.linked
         if customReadiness { flags |= QueueLink.Flags.customReadiness }
         if customStart { flags |= QueueLink.Flags.customStart }
-        let current = firstSegment &+ UInt32(segments.count - 1)
-        operation.queueLink = QueueLink(previous: tail, segment: current, sequence: nextSequence)
+        operation.queueLink = QueueLink(previous: tail, sequence: nextSequence)
         nextSequence &+= 1
         if barrier {
             flags |= QueueLink.Flags.barrier
-            segments.append(Segment(gate: node))
+            if segments.count == 1 {
+                // A lone segment's start is not kept up to date (its
+                // lookups need none) and may have been passed by wrapping
+                // sequences: restart it at the oldest operation it holds.
+                segments[0].start = head.map { $0._withUnsafeGuaranteedRef { $0.queueLink.sequence } }
+                    ?? operation.queueLink.sequence
+            }
+            segments.append(Segment(gate: node, start: nextSequence))
         } else {
             flags |= QueueLink.Flags.countedInSegment
             segments[segments.count - 1].unfinished += 1
@@ -181,10 +197,15 @@ struct QueueState {
         let keepsSlot = keepingSlot && link.has(QueueLink.Flags.holdsSlot)
         if link.has(QueueLink.Flags.holdsSlot) { executing -= 1 }
         if link.has(QueueLink.Flags.countedInSegment) {
-            segments[segmentIndex(link.segment)].unfinished -= 1
+            segments[segmentIndex(ofSequence: link.sequence)].unfinished -= 1
+        }
+        if link.has(QueueLink.Flags.customReadiness), !readinessEpochs.isEmpty {
+            readinessEpochs[ObjectIdentifier(operation)] = nil
         }
         if link.has(QueueLink.Flags.barrier) {
-            let gated = segmentIndex(link.segment &+ 1)
+            // The segment it gates starts right after it, and lives until
+            // this barrier has finished.
+            let gated = segmentIndex(ofSequence: link.sequence &+ 1)
             segments[gated].gate = nil
             releaseHeld(segment: gated)
         }
@@ -272,7 +293,7 @@ struct QueueState {
         removeFromLane(operation)
         guard let target else { return }
         if target == QueueLink.heldLane {
-            let index = segmentIndex(link.segment)
+            let index = segmentIndex(ofSequence: link.sequence)
             segments[index].held.append(operation, lane: QueueLink.heldLane)
         } else {
             push(operation, lane: Int(target))
@@ -291,7 +312,7 @@ struct QueueState {
         }
         if link.has(QueueLink.Flags.barrier) {
             guard segments[0].gate?.toOpaque() == Unmanaged.passUnretained(operation).toOpaque() else { return nil }
-        } else if segments[segmentIndex(link.segment)].gate != nil {
+        } else if segments[segmentIndex(ofSequence: link.sequence)].gate != nil {
             return QueueLink.heldLane
         }
         return Int8(Self.lane(forPriorityIndex: operation.loadState().priorityIndex))
@@ -439,7 +460,7 @@ struct QueueState {
         let lane = operation.queueLink.lane
         guard lane != QueueLink.noLane else { return }
         if lane == QueueLink.heldLane {
-            let index = segmentIndex(operation.queueLink.segment)
+            let index = segmentIndex(ofSequence: operation.queueLink.sequence)
             segments[index].held.remove(operation)
             return
         }
@@ -450,8 +471,49 @@ struct QueueState {
 
     // MARK: Barrier segments
 
-    private func segmentIndex(_ segment: UInt32) -> Int {
-        Int(segment &- firstSegment)
+    /// The index in `segments` of the segment holding the operation added
+    /// with `sequence`: the last one starting at or before it. Call only for
+    /// a linked operation that is not a barrier (its segment lives while it
+    /// is unfinished), or with the sequence after a linked barrier's (the
+    /// segment it gates). O(1) without barriers, O(log segments) with them.
+    private func segmentIndex(ofSequence sequence: UInt32) -> Int {
+        let last = segments.count - 1
+        if last == 0 { return 0 }
+        // Offsets from the first live segment's start order the live
+        // sequences, which span less than 2^32 (as `ReadyLane.precedes` assumes).
+        let base = segments[0].start
+        let offset = sequence &- base
+        if segments[last].start &- base <= offset { return last }
+        var low = 0
+        var high = last - 1
+        while low < high {
+            let middle = (low + high + 1) / 2
+            if segments[middle].start &- base <= offset { low = middle } else { high = middle - 1 }
+        }
+        return low
+    }
+
+    /// Numbers the next operations from `sequence`. Only for an empty
+    /// queue; tests use it to cross the point where sequences wrap.
+    mutating func setNextSequence(_ sequence: UInt32) {
+        precondition(count == 0 && segments.count == 1, "only for an empty queue")
+        nextSequence = sequence
+    }
+
+    // MARK: Readiness that is user code
+
+    /// Starts a readiness evaluation of `operation`, whose readiness is user
+    /// code: returns its epoch, which makes every earlier evaluation of the
+    /// operation stale.
+    mutating func beginReadinessEvaluation(of operation: Operation) -> UInt64 {
+        nextReadinessEpoch &+= 1
+        readinessEpochs[ObjectIdentifier(operation)] = nextReadinessEpoch
+        return nextReadinessEpoch
+    }
+
+    /// Whether the evaluation with `epoch` is the newest one of `operation`.
+    func isNewestReadinessEvaluation(_ epoch: UInt64, of operation: Operation) -> Bool {
+        readinessEpochs[ObjectIdentifier(operation)] == epoch
     }
 
     /// Moves the held operations of segment `index` to their lanes: its
@@ -504,7 +566,7 @@ struct QueueState {
     func gate(of operation: Operation) -> Unmanaged<Operation>? {
         let link = operation.queueLink
         guard link.has(QueueLink.Flags.linked), !link.has(QueueLink.Flags.barrier) else { return nil }
-        return segments[segmentIndex(link.segment)].gate
+        return segments[segmentIndex(ofSequence: link.sequence)].gate
     }
 
     /// The unfinished operations added before the barrier `operation`.
@@ -535,9 +597,11 @@ struct QueueState {
             if !link.has(QueueLink.Flags.linked) { return "unflagged \(operation)" }
             if link.has(QueueLink.Flags.holdsSlot) { dispatchedWithSlot += 1 }
             if link.has(QueueLink.Flags.dispatched), link.lane != QueueLink.noLane { return "dispatched operation in a lane" }
-            if link.has(QueueLink.Flags.countedInSegment) { perSegment[link.segment, default: 0] += 1 }
-            if link.segment &- firstSegment >= UInt32(segments.count), !link.has(QueueLink.Flags.barrier) {
-                return "operation in a dropped segment"
+            if link.has(QueueLink.Flags.countedInSegment) {
+                if link.sequence &- segments[0].start >= nextSequence &- segments[0].start {
+                    return "operation in a dropped segment"
+                }
+                perSegment[firstSegment &+ UInt32(segmentIndex(ofSequence: link.sequence)), default: 0] += 1
             }
             listed += 1
             previous = current
@@ -561,6 +625,7 @@ struct QueueState {
             }
             if segment.gate == nil, segment.held.count > 0 { return "ungated segment \(number) holds operations" }
         }
+        if readinessEpochs.count > count { return "readiness epochs kept for unlinked operations" }
         if executing < 0 || keptSlots < 0 || retiring < 0 || busyDrainers < 0 || runningDrainers < busyDrainers || pendingDrainers > 1 {
             return "negative or impossible counters"
         }
