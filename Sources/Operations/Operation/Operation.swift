@@ -45,9 +45,9 @@ open class Operation: @unchecked Sendable {
     // @unchecked Sendable, justified field by field:
     // - `stateWord` is atomic; bit 0 is a lock bit (`OperationCore.swift`,
     //   the only file that changes the word).
-    // - `storedDependencies`, `dependentsAndExtras` (which holds
-    //   `storedDependents` and `extras`) and `membership` are read and
-    //   written only while that lock bit is held.
+    // - `storedDependencies`, `storedDependents` and `membershipAndExtras`
+    //   (which holds `membership` and `extras`) are read and written only
+    //   while that lock bit is held.
     // - `queueLink` is read and written only by the files of `Queue/`, while
     //   the lock of the queue that owns the operation is held.
 
@@ -60,15 +60,11 @@ open class Operation: @unchecked Sendable {
 
     /// The operations this one waits for, retained (see `DependencyEdges.swift`).
     @exclusivity(unchecked) final var storedDependencies: OperationList = .empty
-    /// The operations waiting for this one and the rarely used storage, in
-    /// one word (see `DependentsAndExtras`); read through `storedDependents`
-    /// and `extras`.
-    @exclusivity(unchecked) final var dependentsAndExtras: DependentsAndExtras = .empty
-    /// The queue that owns the operation, unretained: the queue keeps itself
-    /// alive while it holds operations or has retirements in flight (see
-    /// `OperationQueue.retainedSelf`), which covers every use through this
-    /// field (`QueueMembership.swift`).
-    @exclusivity(unchecked) final var membership: Unmanaged<OperationQueue>?
+    /// The operations waiting for this one, unretained (see `DependentList`).
+    @exclusivity(unchecked) final var storedDependents: DependentList = .empty
+    /// The queue that owns the operation and the rarely used storage, in one
+    /// word (see `MembershipAndExtras`); read through `membership` and `extras`.
+    @exclusivity(unchecked) final var membershipAndExtras: MembershipAndExtras = .none
 
     /// The operation's place in its queue. Owned by the queue (see `QueueLink`).
     @exclusivity(unchecked) final var queueLink = QueueLink()
@@ -77,17 +73,34 @@ open class Operation: @unchecked Sendable {
     /// of service.
     public init() {}
 
-    /// The operations waiting for this one, unretained (see `DependentList`).
-    /// Call with the lock bit held.
-    final var storedDependents: DependentList {
-        @inline(__always) get { dependentsAndExtras.dependents }
-        @inline(__always) set { dependentsAndExtras.dependents = newValue }
+    /// The queue that owns the operation, unretained: the queue keeps itself
+    /// alive while it holds operations or has retirements in flight (see
+    /// `OperationQueue.retainedSelf`), which covers every use through this
+    /// property (`QueueMembership.swift`). Call with the lock bit held.
+    final var membership: Unmanaged<OperationQueue>? {
+        @inline(__always) get {
+            switch membershipAndExtras {
+            case .none: return nil
+            case .queue(let queue): return queue
+            case .extras(let extras): return extras.membership
+            }
+        }
+        @inline(__always) set {
+            if case .extras(let extras) = membershipAndExtras {
+                extras.membership = newValue
+            } else {
+                membershipAndExtras = newValue.map { .queue($0) } ?? .none
+            }
+        }
     }
 
     /// Rarely used storage, or nil before its first use (created by
     /// `extrasWhileLocked()`). Call with the lock bit held.
     final var extras: OperationExtras? {
-        @inline(__always) get { dependentsAndExtras.extras }
+        @inline(__always) get {
+            if case .extras(let extras) = membershipAndExtras { return extras }
+            return nil
+        }
     }
 
     deinit {
@@ -428,12 +441,24 @@ extension Operation: Hashable {
 
 extension Operation: CustomStringConvertible {}
 
+/// The queue that owns an operation and the operation's rarely used storage
+/// (`OperationExtras`), in one word: the queue is stored here until the
+/// operation needs its extras, and in the extras from then on. A plain
+/// operation (no name, completion block, observers or waiters) reads its
+/// queue at no extra cost, and `Operation` stays one word smaller (see
+/// BENCHMARKS.md, W8). Guarded by the owning operation's state lock bit.
+enum MembershipAndExtras {
+    case none
+    case queue(Unmanaged<OperationQueue>)
+    case extras(OperationExtras)
+}
+
 /// Rarely used per-operation storage, allocated on first use so that a plain
 /// operation stays small. Guarded by the owning operation's state lock bit.
 final class OperationExtras {
-    /// The operation's dependents, once the extras exist (see
-    /// `DependentsAndExtras`).
-    var dependents: DependentList = .empty
+    /// The queue that owns the operation, once the extras exist (see
+    /// `MembershipAndExtras`).
+    var membership: Unmanaged<OperationQueue>?
     var name: String?
     var completionBlock: (@Sendable () -> Void)?
     var threadPriority: Double = 0.5

@@ -139,8 +139,8 @@ extension Operation {
     final func extrasWhileLocked() -> OperationExtras {
         if let extras { return extras }
         let created = OperationExtras()
-        created.dependents = storedDependents
-        dependentsAndExtras = .extras(created)
+        created.membership = membership
+        membershipAndExtras = .extras(created)
         return created
     }
 }

@@ -195,50 +195,6 @@ enum DependentList {
     }
 }
 
-/// An operation's dependents and its rarely used storage
-/// (`OperationExtras`), in one word: the dependents are stored here until the
-/// operation needs its extras, and in the extras from then on. A plain
-/// operation (no name, completion block, observers or waiters) thus keeps
-/// its dependents inline at no cost, and `Operation` stays one word smaller
-/// (see BENCHMARKS.md, W8). Guarded by the owning operation's state lock bit.
-enum DependentsAndExtras {
-    case empty
-    case one(Unmanaged<Operation>)
-    case many(DependentArray)
-    case extras(OperationExtras)
-
-    /// The dependents, wherever they are held.
-    var dependents: DependentList {
-        @inline(__always) get {
-            switch self {
-            case .empty: return .empty
-            case .one(let only): return .one(only)
-            case .many(let array): return .many(array)
-            case .extras(let extras): return extras.dependents
-            }
-        }
-        @inline(__always) set {
-            if case .extras(let extras) = self {
-                extras.dependents = newValue
-                return
-            }
-            switch newValue {
-            case .empty: self = .empty
-            case .one(let only): self = .one(only)
-            case .many(let array): self = .many(array)
-            }
-        }
-    }
-
-    /// The extras, once created.
-    var extras: OperationExtras? {
-        @inline(__always) get {
-            if case .extras(let extras) = self { return extras }
-            return nil
-        }
-    }
-}
-
 /// The storage of a `DependentList` with more than one entry: entries in
 /// insertion order with holes for removed ones, and, once the list is large,
 /// an index from entry to position.

@@ -151,14 +151,7 @@ struct QueueState {
         nextSequence &+= 1
         if barrier {
             flags |= QueueLink.Flags.barrier
-            if segments.count == 1 {
-                // A lone segment's start is not kept up to date (its
-                // lookups need none) and may have been passed by wrapping
-                // sequences: restart it at the oldest operation it holds.
-                segments[0].start = head.map { $0._withUnsafeGuaranteedRef { $0.queueLink.sequence } }
-                    ?? operation.queueLink.sequence
-            }
-            segments.append(Segment(gate: node, start: nextSequence))
+            openSegment(gatedBy: node)
         } else {
             flags |= QueueLink.Flags.countedInSegment
             segments[segments.count - 1].unfinished += 1
@@ -191,21 +184,25 @@ struct QueueState {
     /// order), while the queue knows that the slot is taken, so that its
     /// requests for drain loops stay true.
     mutating func unlink(_ operation: Operation, retirementPending: Bool, keepingSlot: Bool = false) -> Unmanaged<Operation>? {
-        let link = operation.queueLink
-        guard link.has(QueueLink.Flags.linked) else { return nil }
+        // The fields are read one by one: copying the whole record costs a
+        // `memcpy` call on this path.
+        let link = (flags: operation.queueLink.flags, sequence: operation.queueLink.sequence,
+                    next: operation.queueLink.next, previous: operation.queueLink.previous)
+        guard link.flags & QueueLink.Flags.linked != 0 else { return nil }
         removeFromLane(operation)
-        let keepsSlot = keepingSlot && link.has(QueueLink.Flags.holdsSlot)
-        if link.has(QueueLink.Flags.holdsSlot) { executing -= 1 }
-        if link.has(QueueLink.Flags.countedInSegment) {
-            segments[segmentIndex(ofSequence: link.sequence)].unfinished -= 1
+        let keepsSlot = keepingSlot && link.flags & QueueLink.Flags.holdsSlot != 0
+        if link.flags & QueueLink.Flags.holdsSlot != 0 { executing -= 1 }
+        if link.flags & QueueLink.Flags.countedInSegment != 0 {
+            let index = Self.segmentIndex(in: segments, ofSequence: link.sequence)
+            segments[index].unfinished -= 1
         }
-        if link.has(QueueLink.Flags.customReadiness), !readinessEpochs.isEmpty {
+        if link.flags & QueueLink.Flags.customReadiness != 0, !readinessEpochs.isEmpty {
             readinessEpochs[ObjectIdentifier(operation)] = nil
         }
-        if link.has(QueueLink.Flags.barrier) {
+        if link.flags & QueueLink.Flags.barrier != 0 {
             // The segment it gates starts right after it, and lives until
             // this barrier has finished.
-            let gated = segmentIndex(ofSequence: link.sequence &+ 1)
+            let gated = Self.segmentIndex(in: segments, ofSequence: link.sequence &+ 1)
             segments[gated].gate = nil
             releaseHeld(segment: gated)
         }
@@ -293,7 +290,7 @@ struct QueueState {
         removeFromLane(operation)
         guard let target else { return }
         if target == QueueLink.heldLane {
-            let index = segmentIndex(ofSequence: link.sequence)
+            let index = Self.segmentIndex(in: segments, ofSequence: link.sequence)
             segments[index].held.append(operation, lane: QueueLink.heldLane)
         } else {
             push(operation, lane: Int(target))
@@ -303,6 +300,7 @@ struct QueueState {
     /// Where a ready operation goes: the cancelled lane (cheap path), held
     /// behind its barrier, its priority lane, or nowhere (a barrier that
     /// cannot start yet).
+    @inline(__always)
     private func targetLane(for operation: Operation, cancelled: Bool) -> Int8? {
         let link = operation.queueLink
         if cancelled {
@@ -312,7 +310,7 @@ struct QueueState {
         }
         if link.has(QueueLink.Flags.barrier) {
             guard segments[0].gate?.toOpaque() == Unmanaged.passUnretained(operation).toOpaque() else { return nil }
-        } else if segments[segmentIndex(ofSequence: link.sequence)].gate != nil {
+        } else if segments[Self.segmentIndex(in: segments, ofSequence: link.sequence)].gate != nil {
             return QueueLink.heldLane
         }
         return Int8(Self.lane(forPriorityIndex: operation.loadState().priorityIndex))
@@ -460,7 +458,7 @@ struct QueueState {
         let lane = operation.queueLink.lane
         guard lane != QueueLink.noLane else { return }
         if lane == QueueLink.heldLane {
-            let index = segmentIndex(ofSequence: operation.queueLink.sequence)
+            let index = Self.segmentIndex(in: segments, ofSequence: operation.queueLink.sequence)
             segments[index].held.remove(operation)
             return
         }
@@ -471,14 +469,36 @@ struct QueueState {
 
     // MARK: Barrier segments
 
+    /// Opens the segment of the operations added after the barrier `node`,
+    /// which was just numbered.
+    @inline(never)
+    private mutating func openSegment(gatedBy node: Unmanaged<Operation>) {
+        if segments.count == 1 {
+            // A lone segment's start is not kept up to date (its lookups
+            // need none) and may have been passed by wrapping sequences:
+            // restart it at the oldest operation it holds.
+            segments[0].start = head.map { $0._withUnsafeGuaranteedRef { $0.queueLink.sequence } }
+                ?? node._withUnsafeGuaranteedRef { $0.queueLink.sequence }
+        }
+        segments.append(Segment(gate: node, start: nextSequence))
+    }
+
     /// The index in `segments` of the segment holding the operation added
     /// with `sequence`: the last one starting at or before it. Call only for
     /// a linked operation that is not a barrier (its segment lives while it
     /// is unfinished), or with the sequence after a linked barrier's (the
     /// segment it gates). O(1) without barriers, O(log segments) with them.
-    private func segmentIndex(ofSequence sequence: UInt32) -> Int {
+    // Static, on the array alone: a method of the whole state, called while
+    // it is being changed, makes the compiler copy the state.
+    @inline(__always)
+    private static func segmentIndex(in segments: [Segment], ofSequence sequence: UInt32) -> Int {
+        segments.count == 1 ? 0 : searchSegments(segments, forSequence: sequence)
+    }
+
+    /// `segmentIndex(in:ofSequence:)` with more than one segment.
+    @inline(never)
+    private static func searchSegments(_ segments: [Segment], forSequence sequence: UInt32) -> Int {
         let last = segments.count - 1
-        if last == 0 { return 0 }
         // Offsets from the first live segment's start order the live
         // sequences, which span less than 2^32 (as `ReadyLane.precedes` assumes).
         let base = segments[0].start
@@ -566,7 +586,7 @@ struct QueueState {
     func gate(of operation: Operation) -> Unmanaged<Operation>? {
         let link = operation.queueLink
         guard link.has(QueueLink.Flags.linked), !link.has(QueueLink.Flags.barrier) else { return nil }
-        return segments[segmentIndex(ofSequence: link.sequence)].gate
+        return segments[Self.segmentIndex(in: segments, ofSequence: link.sequence)].gate
     }
 
     /// The unfinished operations added before the barrier `operation`.
@@ -601,7 +621,7 @@ struct QueueState {
                 if link.sequence &- segments[0].start >= nextSequence &- segments[0].start {
                     return "operation in a dropped segment"
                 }
-                perSegment[firstSegment &+ UInt32(segmentIndex(ofSequence: link.sequence)), default: 0] += 1
+                perSegment[firstSegment &+ UInt32(Self.segmentIndex(in: segments, ofSequence: link.sequence)), default: 0] += 1
             }
             listed += 1
             previous = current
