@@ -249,8 +249,12 @@ final class DependentArray: ManagedBuffer<DependentArray.Header, UnsafeMutableRa
         return array
     }
 
+    // The header is read through the buffer's pointer everywhere: the
+    // `header` property is a class's stored property, which costs a dynamic
+    // exclusivity check on every access.
+
     deinit {
-        guard header.holdsRetains else { return }
+        guard withUnsafeMutablePointerToHeader({ $0.pointee.holdsRetains }) else { return }
         forEach { $0.release() }
     }
 
@@ -274,7 +278,7 @@ final class DependentArray: ManagedBuffer<DependentArray.Header, UnsafeMutableRa
     }
 
     /// The number of live entries. O(1).
-    var live: Int { header.live }
+    var live: Int { withUnsafeMutablePointerToHeader { $0.pointee.live } }
 
     /// Appends `entry`. Returns the buffer that now holds the list when this
     /// one was full (the caller stores it in place of this one), else nil.
@@ -313,12 +317,13 @@ final class DependentArray: ManagedBuffer<DependentArray.Header, UnsafeMutableRa
     /// Builds the index if the list is long enough to need one.
     @inline(__always)
     private func indexIfLong() {
-        if header.positions == nil, header.live > Self.indexThreshold { buildIndex() }
+        let needsIndex = withUnsafeMutablePointerToHeader { $0.pointee.positions == nil && $0.pointee.live > Self.indexThreshold }
+        if needsIndex { buildIndex() }
     }
 
     func contains(_ opaque: UnsafeMutableRawPointer) -> Bool {
         indexIfLong()
-        if let positions = header.positions { return positions[opaque] != nil }
+        if let found = withUnsafeMutablePointerToHeader({ $0.pointee.positions.map { $0[opaque] != nil } }) { return found }
         return position(of: opaque) != nil
     }
 
