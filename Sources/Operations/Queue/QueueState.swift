@@ -15,8 +15,9 @@
 ///   added after a barrier that has not finished.
 ///
 /// ## Barriers
-/// Operations are numbered into segments by the number of barriers added
-/// before them. A barrier gates the segment that follows it: the segment's
+/// The barriers cut the add order into segments; each segment records the
+/// add sequence it starts at, and an operation's segment is found from its
+/// own add sequence (`segmentIndex(in:ofSequence:)`). A barrier gates the segment that follows it: the segment's
 /// operations start only after the barrier has finished (cancelled
 /// operations excepted, as they ignore dependencies). A barrier itself
 /// starts when every operation added before it has finished, which is when
@@ -84,10 +85,8 @@ struct QueueState {
     /// they were added (see `ReadyLane`).
     var holdsReadyBack: Bool { width >= 0 || isSuspended }
 
-    /// Barrier segments, oldest unfinished first; `segments[0]` is segment
-    /// number `firstSegment`.
+    /// Barrier segments, oldest unfinished first.
     private(set) var segments: [Segment] = [Segment()]
-    private(set) var firstSegment: UInt32 = 0
 
     /// For operations whose readiness is user code: the epoch of the newest
     /// readiness evaluation started (see `beginReadinessEvaluation(of:)`).
@@ -560,7 +559,6 @@ struct QueueState {
         var advanced = false
         while segments.count > 1, segments[0].unfinished == 0, segments[0].gate == nil {
             segments.removeFirst()
-            firstSegment &+= 1
             advanced = true
         }
         guard advanced, let gate = segments[0].gate else { return }
@@ -609,7 +607,7 @@ struct QueueState {
         var node = head
         var previous: Unmanaged<Operation>?
         var dispatchedWithSlot = 0
-        var perSegment: [UInt32: Int] = [:]
+        var perSegment: [Int: Int] = [:]
         while let current = node {
             let operation = current.takeUnretainedValue()
             let link = operation.queueLink
@@ -621,7 +619,7 @@ struct QueueState {
                 if link.sequence &- segments[0].start >= nextSequence &- segments[0].start {
                     return "operation in a dropped segment"
                 }
-                perSegment[firstSegment &+ UInt32(Self.segmentIndex(in: segments, ofSequence: link.sequence)), default: 0] += 1
+                perSegment[Self.segmentIndex(in: segments, ofSequence: link.sequence), default: 0] += 1
             }
             listed += 1
             previous = current
@@ -639,11 +637,10 @@ struct QueueState {
         }
         if total != readyCount { return "readyCount \(readyCount) but \(total) in lanes" }
         for (offset, segment) in segments.enumerated() {
-            let number = firstSegment &+ UInt32(offset)
-            if segment.unfinished != perSegment[number, default: 0] {
-                return "segment \(number) counts \(segment.unfinished) but holds \(perSegment[number, default: 0])"
+            if segment.unfinished != perSegment[offset, default: 0] {
+                return "segment \(offset) counts \(segment.unfinished) but holds \(perSegment[offset, default: 0])"
             }
-            if segment.gate == nil, segment.held.count > 0 { return "ungated segment \(number) holds operations" }
+            if segment.gate == nil, segment.held.count > 0 { return "ungated segment \(offset) holds operations" }
         }
         if readinessEpochs.count > count { return "readiness epochs kept for unlinked operations" }
         if executing < 0 || keptSlots < 0 || retiring < 0 || busyDrainers < 0 || runningDrainers < busyDrainers || pendingDrainers > 1 {
