@@ -247,6 +247,25 @@ struct QueueSchedulingTests {
         #expect(op.waitUntilFinished(timeout: patience))
     }
 
+    @Test("a dependency given to a queued operation that nobody observes holds it back until the dependency has run")
+    func dependencyGivenWhileQueued() {
+        let log = Recorder<String>()
+        let queue = makeQueue("dependency-while-queued")
+        queue.isSuspended = true
+        let later = BlockOperation { log.record("later") }
+        queue.addOperation(later)
+        let first = BlockOperation { log.record("first") }
+        // Added while `later` waits in the queue as ready: the queue must
+        // learn that it is not ready any more (no observer asks it to).
+        later.addDependency(first)
+        queue.isSuspended = false
+        #expect(staysFalse { later.isFinished }, "ran before its dependency was even added")
+        queue.addOperation(first)
+        #expect(later.waitUntilFinished(timeout: patience))
+        #expect(log.events == ["first", "later"])
+        expectQueueInvariants(queue)
+    }
+
     // MARK: Cancellation
 
     @Test("cancelAllOperations retires queued operations promptly, even with unfinished dependencies")

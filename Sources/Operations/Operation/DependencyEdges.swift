@@ -22,6 +22,10 @@ extension Operation {
 
     final func performAddDependency(_ dependency: Operation) {
         let checksCycles = OperationMisuse.reportsDependencyCycles
+        if !checksCycles, dependency !== self, !loadState().isObserved {
+            addUnwatchedDependency(dependency)
+            return
+        }
         if checksCycles, let cycle = DependencyGraph.cycle(closedBy: self, dependingOn: dependency) {
             reportCycle(cycle)
             return
@@ -84,25 +88,51 @@ extension Operation {
             }
         }
         Operation.withStateLocks(self, dependency) { state, dependencyState in
-            guard !isDuplicateLocked(dependency, state: state, dependencyState: dependencyState) else { return }
-            storedDependencies.append(dependency)
-            let wasReady = state.isBaseReady
-            if !dependencyState.isFinished, state.addUnfinishedDependency() {
-                dependency.storedDependents.append(self)
-                if wasReady {
-                    lostReadiness = !state.isBaseReady
-                    unready.record(state, of: self)
-                }
-            }
+            lostReadiness = linkLocked(dependency, &state, dependencyState, &unready)
         }
         if checksCycles { DependencyGraph.checkedEdits.unlock() }
-        if lostReadiness, !keys.contains("isReady"), loadState().isObserved {
+        if lostReadiness, loadState().isObserved, !keys.contains("isReady") {
             // The snapshot above saw the operation not ready (a dependency
             // finished in between): announce the change rather than not at all.
             announceReadinessChangedLate()
         }
         if !keys.isEmpty { notifyDidChange(keys.reversed()) }
         unready.report(for: self)
+    }
+
+    /// The common edit, nobody watching: no cycle check, not a
+    /// self-dependency, and no observer when it began. The general path
+    /// without its announcements; an observer that registers meanwhile hears
+    /// the readiness change late, as there.
+    private func addUnwatchedDependency(_ dependency: Operation) {
+        var unready = ReadinessLoss()
+        let lostReadiness = Operation.withStateLocks(self, dependency) { state, dependencyState in
+            linkLocked(dependency, &state, dependencyState, &unready)
+        }
+        if lostReadiness, loadState().isObserved { announceReadinessChangedLate() }
+        unready.report(for: self)
+    }
+
+    /// Adds the edge to both lists (unless it exists) and counts it while
+    /// `dependency` is unfinished and this operation has not started.
+    /// Returns whether this operation stopped being ready. Call with both
+    /// operations' locks held; `dependency` is not this operation.
+    @inline(__always)
+    private func linkLocked(
+        _ dependency: Operation,
+        _ state: inout OperationState,
+        _ dependencyState: OperationState,
+        _ unready: inout ReadinessLoss
+    ) -> Bool {
+        guard !isDuplicateLocked(dependency, state: state, dependencyState: dependencyState) else { return false }
+        storedDependencies.append(dependency)
+        let wasReady = state.isBaseReady
+        guard !dependencyState.isFinished, state.addUnfinishedDependency() else { return false }
+        dependency.storedDependents.append(self)
+        guard wasReady else { return false }
+        // Only a queued operation has a queue to tell.
+        if state.isEnqueued { unready.record(state, of: self) }
+        return !state.isBaseReady
     }
 
     /// Announces an `isReady` change that the snapshot taken before an edit
@@ -144,8 +174,13 @@ extension Operation {
         }
 
         /// Tells the queue or the instruments. Call with no lock held.
+        @inline(__always)
         func report(for operation: Operation) {
             guard let queue else { return }
+            reportLoss(to: queue, of: operation)
+        }
+
+        private func reportLoss(to queue: OperationQueue, of operation: Operation) {
             if operation.overrides(.isReady) {
                 // Readiness is user code: the queue re-reads it (and tells
                 // the instruments if it changed), as Foundation's queue does

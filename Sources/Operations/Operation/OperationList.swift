@@ -32,7 +32,9 @@ enum OperationList: Sendable {
 
     /// - Complexity: amortized O(1).
     mutating func append(_ operation: Operation) {
-        switch self {
+        // Consumed, so that the reference in `.one` moves into the new
+        // buffer instead of being retained there and released here.
+        switch consume self {
         case .empty:
             self = .one(operation)
         case .one(let only):
@@ -45,7 +47,6 @@ enum OperationList: Sendable {
                 count = 2
             })
         case .many(var list):
-            self = .empty  // drop the enum's reference so the array is unique
             list.append(operation)
             self = .many(list)
         }
