@@ -91,6 +91,30 @@ struct ReadinessEventTests {
         #expect(operation.waitUntilFinished(timeout: patience))
     }
 
+    @Test("a cancelled queued operation given a dependency stays ready: no notReady (regression: probe 12)")
+    func dependencyOnCancelledStaysReady() {
+        let queue = makeQueue("ready-events-cancelled-dependency")
+        queue.isSuspended = true
+        let operation = BlockOperation {}
+        let selfDependent = BlockOperation {}
+        let log = ReadinessLog([operation, selfDependent])
+        defer { log.cancel() }
+
+        queue.addOperations([operation, selfDependent], waitUntilFinished: false)
+        operation.cancel()
+        selfDependent.cancel()
+        operation.addDependency(BlockOperation {})
+        selfDependent.addDependency(selfDependent)
+        #expect(operation.isReady && selfDependent.isReady, "a cancelled operation is ready")
+        #expect(log.readiness(of: operation) == [.ready], "the last readiness event says ready")
+        #expect(log.readiness(of: selfDependent) == [.ready])
+
+        queue.isSuspended = false
+        #expect(queue.waitUntilAllOperationsAreFinished(timeout: patience))
+        #expect(log.readiness(of: operation) == [.ready])
+        #expect(log.readiness(of: selfDependent) == [.ready])
+    }
+
     @Test("removing the last unfinished dependency makes a queued operation ready")
     func removeDependencyMakesReady() {
         let queue = makeQueue("ready-events-remove-dependency")

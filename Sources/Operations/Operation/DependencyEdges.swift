@@ -156,21 +156,26 @@ extension Operation {
         )
     }
 
-    /// A queued operation's base readiness went from true to false (it was
-    /// given an unfinished dependency): what its queue and the instruments
-    /// are told once the locks are released.
+    /// A ready queued operation was given an unfinished dependency: what
+    /// its queue and the instruments are told once the locks are released.
     struct ReadinessLoss {
         private var queue: OperationQueue?
         private var time: OperationInstrumentation.Stamp?
 
-        /// Records the loss. Call with the operation's lock held, right
+        /// Records the edit. Call with the operation's lock held, right
         /// after the change, so that the time orders it among the
         /// operation's other readiness changes.
         mutating func record(_ state: OperationState, of operation: Operation) {
             // Only an operation in a queue: before it is added, its readiness
             // is read when it is added.
             queue = operation.queueForNews(state)
-            if queue != nil, OperationInstrumentation.isActive { time = OperationInstrumentation.Stamp() }
+            // A cancelled operation stays ready (probe 12): the instruments
+            // hear of a loss only when the base readiness fell. A queue
+            // re-reads an `isReady` override either way, as Foundation's
+            // does on the notification every `addDependency` posts.
+            if queue != nil, !state.isBaseReady, OperationInstrumentation.isActive {
+                time = OperationInstrumentation.Stamp()
+            }
         }
 
         /// Tells the queue or the instruments. Call with no lock held.
