@@ -115,6 +115,91 @@ struct ReadinessEventTests {
         #expect(log.readiness(of: selfDependent) == [.ready])
     }
 
+    @Test("an operation whose class overrides start(): no readiness events once its queue started it (regression: probe 13)")
+    func noReadinessEventsAfterCustomStart() {
+        let queue = makeQueue("ready-events-custom-start")
+        let operation = ManualConcurrentOperation()
+        let dependency = BlockOperation {}
+        let log = ReadinessLog([operation])
+        defer { log.cancel() }
+
+        queue.addOperation(operation)
+        #expect(operation.started.wait())
+        #expect(log.readiness(of: operation) == [.ready])
+        operation.addDependency(dependency)     // too late to hold it back
+        operation.removeDependency(dependency)
+        operation.addDependency(dependency)
+        operation.cancel()
+        dependency.start()
+        #expect(log.readiness(of: operation) == [.ready], "readiness events after started")
+        operation.finish()
+        #expect(queue.waitUntilAllOperationsAreFinished(timeout: patience))
+        #expect(log.readiness(of: operation) == [.ready])
+    }
+
+    @Test("no readiness events before an operation is in a queue: the first one comes with the add (regression: probe 13)")
+    func noReadinessEventsOutsideQueues() {
+        let queue = makeQueue("ready-events-outside")
+        queue.isSuspended = true
+        let operation = BlockOperation {}
+        let first = BlockOperation {}
+        let second = BlockOperation {}
+        let third = BlockOperation {}
+        let log = ReadinessLog([operation])
+        defer { log.cancel() }
+
+        operation.addDependency(first)
+        operation.removeDependency(first)       // ready again, outside a queue
+        operation.addDependency(second)
+        second.start()                          // ready again, outside a queue
+        operation.addDependency(third)
+        #expect(log.readiness(of: operation).isEmpty, "readiness events before the add")
+        queue.addOperation(operation)
+        #expect(log.readiness(of: operation).isEmpty, "added not ready: no readiness event")
+        third.start()
+        #expect(log.readiness(of: operation) == [.ready])
+        queue.isSuspended = false
+        #expect(operation.waitUntilFinished(timeout: patience))
+    }
+
+    @Test("readiness events alternate, starting with ready, when a dependency is added while the operation is being added (regression: probe 13)")
+    func readinessEventsAlternateAcrossAdd() {
+        let queue = makeQueue("ready-events-add-race")
+        queue.isSuspended = true
+        let rounds = 300
+        let operations = (0..<rounds).map { _ in BlockOperation {} }
+        let dependencies = (0..<rounds).map { _ in BlockOperation {} }
+        let log = ReadinessLog(operations)
+        defer { log.cancel() }
+        for round in 0..<rounds {
+            let go = Latch(count: 1)
+            let done = Latch(count: 1)
+            let operation = operations[round]
+            let dependency = dependencies[round]
+            spawnThread {
+                go.wait()
+                operation.addDependency(dependency)
+                done.countDown()
+            }
+            go.countDown()
+            queue.addOperation(operation)
+            #expect(done.wait(timeout: patience))
+        }
+        for (operation, dependency) in zip(operations, dependencies) {
+            let kinds = log.readiness(of: operation)
+            // Not ready now: either no event (added after the edge), or
+            // ready then notReady (added before it).
+            #expect(kinds == [] || kinds == [.ready, .notReady], "\(kinds)")
+            dependency.start()
+        }
+        for operation in operations {
+            let kinds = log.readiness(of: operation)
+            #expect(kinds == [.ready] || kinds == [.ready, .notReady, .ready], "\(kinds)")
+        }
+        queue.isSuspended = false
+        #expect(queue.waitUntilAllOperationsAreFinished(timeout: patience))
+    }
+
     @Test("removing the last unfinished dependency makes a queued operation ready")
     func removeDependencyMakesReady() {
         let queue = makeQueue("ready-events-remove-dependency")

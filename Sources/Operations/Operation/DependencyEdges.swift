@@ -173,7 +173,7 @@ extension Operation {
             // hear of a loss only when the base readiness fell. A queue
             // re-reads an `isReady` override either way, as Foundation's
             // does on the notification every `addDependency` posts.
-            if queue != nil, !state.isBaseReady, OperationInstrumentation.isActive {
+            if queue != nil, !state.isBaseReady, state.isWaitingInQueue, OperationInstrumentation.isActive {
                 time = OperationInstrumentation.Stamp()
             }
         }
@@ -215,7 +215,9 @@ extension Operation {
             if counted, state.removeUnfinishedDependency() {
                 becameReady = true
                 queue = queueForNews(state)
-                if OperationInstrumentation.isActive { readyAt = OperationInstrumentation.Stamp() }
+                // Instruments hear of readiness only while it waits in a
+                // queue (its add reports where it stands).
+                if state.isWaitingInQueue, OperationInstrumentation.isActive { readyAt = OperationInstrumentation.Stamp() }
             }
         }
         if dependency === self {
@@ -310,7 +312,7 @@ extension Operation {
             becameReady = true
             // Taken under the lock: the times order this operation's
             // readiness changes as they happened.
-            if OperationInstrumentation.isActive { readyAt = OperationInstrumentation.Stamp() }
+            if state.isWaitingInQueue, OperationInstrumentation.isActive { readyAt = OperationInstrumentation.Stamp() }
             guard state.isEnqueued, !state.isRetired, let owner = membership else { return }
             // Whether readiness is user code comes from the class, not from
             // `queueLink`: that record belongs to the queue and is written

@@ -28,7 +28,7 @@ extension Operation {
             guard outcome.changed else { return false }
             // Cancelling makes a waiting operation ready (as its base state);
             // timed under the lock, like its other readiness changes.
-            if !outcome.wasReady, state.countsDependencies, OperationInstrumentation.isActive { readyAt = OperationInstrumentation.Stamp() }
+            if !outcome.wasReady, state.countsDependencies, state.isWaitingInQueue, OperationInstrumentation.isActive { readyAt = OperationInstrumentation.Stamp() }
             if state.takeCancellationHandling() {
                 body = takeBodyCancellationLocked()
                 if let extras {

@@ -54,7 +54,10 @@ extension Operation {
     /// finishing and picking the next operation share one lock acquisition.
     final func startFromQueue(customStart: Bool) -> FinishPlan? {
         guard customStart else { return performBaseStart(queueCall: true) }
-        withStateLock { $0.isQueueStart = true }
+        withStateLock { state in
+            state.isQueueStart = true
+            state.isDispatched = true
+        }
         ThreadContext.withCurrent { context in
             let saved = context.enter(self)
             withCarriedContext { start() }

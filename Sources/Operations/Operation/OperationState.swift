@@ -37,6 +37,7 @@
 /// | 16     | a dependency failure policy other than `.runAnyway`     |
 /// | 17     | cancellation handlers have run (or were discarded)      |
 /// | 18     | a counted dependency on itself                          |
+/// | 19     | dispatched: its queue called its own `start()` (never cleared) |
 /// | 32–63  | unfinished dependencies                                 |
 ///
 /// Invariants (checked by `checkInvariants()`):
@@ -68,6 +69,7 @@ struct OperationState: Equatable, Sendable, CustomStringConvertible {
     private static let failurePolicyBit: UInt64 = 1 << 16
     private static let cancellationHandledBit: UInt64 = 1 << 17
     private static let selfDependencyBit: UInt64 = 1 << 18
+    private static let dispatchedBit: UInt64 = 1 << 19
     private static let dependencyShift: UInt64 = 32
     private static let dependencyUnit: UInt64 = 1 << 32
 
@@ -126,6 +128,20 @@ struct OperationState: Equatable, Sendable, CustomStringConvertible {
     var isQueueStart: Bool {
         get { raw & Self.queueStartBit != 0 }
         set { set(Self.queueStartBit, newValue) }
+    }
+
+    /// The owning queue called the start() of a class that overrides it:
+    /// the operation left the queue's waiting operations, although the
+    /// base start never runs. Never cleared.
+    var isDispatched: Bool {
+        get { raw & Self.dispatchedBit != 0 }
+        set { set(Self.dispatchedBit, newValue) }
+    }
+
+    /// Whether the operation waits in its queue to be started: readiness
+    /// matters, and instruments hear of its changes, only then.
+    var isWaitingInQueue: Bool {
+        isEnqueued && !isRetired && !isDispatched && !hasBaseStarted
     }
 
     var hasCustomThreadPriority: Bool {

@@ -93,7 +93,7 @@ extension OperationQueue {
         // The accepted operations, for the instruments only: a caller that
         // collects them gets its own collection back when nothing was
         // refused (see the end), so the common batch is not copied.
-        var accepted: [Operation] = []
+        var accepted: [(operation: Operation, ready: Bool)] = []
         var refused: [(Operation, OperationState.EnqueueRefusal, OperationQueue?)] = []
         // Positions (from 0) of the operations `claim` refused.
         var refusedOffsets: [Int] = []
@@ -143,7 +143,8 @@ extension OperationQueue {
                 inChunk += 1
                 offset += 1
                 if !refusedByGetter.isEmpty, refusedByGetter.contains(ObjectIdentifier(operation)) { continue }
-                if let (refusal, owner) = operation.claim(for: self) {
+                var readyWhenClaimed = false
+                if let (refusal, owner) = operation.claim(for: self, readyWhenClaimed: &readyWhenClaimed) {
                     refused.append((operation, refusal, owner))
                     refusedOffsets.append(offset)
                     continue
@@ -152,7 +153,7 @@ extension OperationQueue {
                 state.link(operation, barrier: barrier, customReadiness: custom, customStart: operation.overrides(.start))
                 emitLocked(.added(operation))
                 linked += 1
-                if instrumented { accepted.append(operation) }
+                if instrumented { accepted.append((operation, readyWhenClaimed)) }
                 if barrier {
                     state.barrierLinked(operation)
                 } else if custom {
@@ -182,10 +183,10 @@ extension OperationQueue {
             }
         }
         if let addedAt {
-            for operation in accepted {
+            for (operation, ready) in accepted {
                 OperationInstrumentation.emit(.added, operation, queue: self, at: addedAt)
                 // An `isReady` override is reported by memberReadinessMayHaveChanged.
-                if operation.loadState().isBaseReady, !operation.overrides(.isReady) { OperationInstrumentation.emit(.ready, operation, queue: self, at: addedAt) }
+                if ready, !operation.overrides(.isReady) { OperationInstrumentation.emit(.ready, operation, queue: self, at: addedAt) }
             }
         }
         guard collecting else { return [] }
@@ -331,12 +332,23 @@ extension Operation {
     /// the queue that owns it, if any), or nil once claimed. Called with the
     /// queue's lock held (lock order: queue, then operation).
     final func claim(for queue: OperationQueue) -> (OperationState.EnqueueRefusal, OperationQueue?)? {
+        var ready = false
+        return claim(for: queue, readyWhenClaimed: &ready)
+    }
+
+    /// `claim(for:)`, also reporting the base readiness at the moment the
+    /// queue claimed the operation: what the instruments are told with the
+    /// add. From that moment on, another thread's change of readiness is
+    /// reported by that thread (the operation waits in a queue), so the
+    /// events alternate.
+    final func claim(for queue: OperationQueue, readyWhenClaimed: inout Bool) -> (OperationState.EnqueueRefusal, OperationQueue?)? {
         withStateLock { state in
             if let refusal = state.enqueue() {
                 let owner = state.isRetired ? nil : membership?.takeUnretainedValue()
                 return (refusal, owner)
             }
             membership = Unmanaged.passUnretained(queue)
+            readyWhenClaimed = state.isBaseReady
             return nil
         }
     }

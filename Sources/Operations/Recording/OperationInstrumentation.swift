@@ -7,19 +7,27 @@ public struct OperationEvent: Sendable {
     public enum Kind: Sendable, Hashable {
         /// Added to `queue`.
         case added
-        /// Became ready: its last unfinished dependency finished or was
-        /// removed, or it was cancelled; or, when it is added to a queue, it
-        /// is ready already. For a class that overrides ``Operation/isReady``,
-        /// when its queue reads the override as true (on add, and after each
-        /// announcement of `isReady`, dependency change or cancellation),
-        /// so only while it is in a queue.
+        /// Became ready while waiting in a queue: its last unfinished
+        /// dependency finished or was removed, or it was cancelled; or, when
+        /// it was added, it was ready already (then the event has the time of
+        /// the add). For a class that overrides ``Operation/isReady``, when
+        /// its queue reads the override as true (on add, and after each
+        /// announcement of `isReady`, dependency change or cancellation).
+        ///
+        /// Readiness events (this one and ``notReady``) concern only an
+        /// operation waiting in a queue, from its add until its queue starts
+        /// it: none before the add (an operation added not ready has had no
+        /// readiness event yet), none once it started. They alternate,
+        /// starting with `ready`.
         case ready
-        /// Became not ready again after ``ready``, while in a queue: it was
-        /// given a dependency that has not finished, or (for a class that
-        /// overrides ``Operation/isReady``) its queue read the override as
-        /// false. Pairs with ``ready``, so that a count of ready operations
-        /// stays right; an operation's last readiness event, by ``OperationEvent/time``,
-        /// tells whether it is ready.
+        /// Became not ready again after ``ready``, while waiting in a queue:
+        /// it was given a dependency that has not finished, or (for a class
+        /// that overrides ``Operation/isReady``) its queue read the override
+        /// as false. Pairs with ``ready``, so that a count of ready
+        /// operations stays right; an operation's last readiness event, by
+        /// ``OperationEvent/time``, tells whether it is ready. (A dependency
+        /// given at the moment its queue starts it is too late to hold it
+        /// back; `started` then follows this event.)
         case notReady
         /// Started, by its queue or by hand.
         case started
