@@ -17,6 +17,26 @@ struct DiagnosticsTests {
         #expect(queue.waitUntilAllOperationsAreFinished(timeout: patience))
     }
 
+    @Test("a barrier waiting for earlier operations says so, not that it waits for a slot (regression: probe 13)")
+    func barrierWaitsForEarlier() {
+        let queue = makeQueue("diagnostics-barrier", width: 1)
+        let outside = BlockOperation {}
+        outside.name = "outside"
+        let earlier = BlockOperation {}
+        earlier.name = "earlier"
+        earlier.addDependency(outside)
+        queue.addOperation(earlier)
+        let ran = Gate()
+        queue.addBarrierBlock { ran.open() }
+        let reports = queue.diagnostics().operations
+        let barrier = reports.first { !$0.subject.contains("\"earlier\"") }
+        #expect(barrier?.reasons == [.barrierWaitsFor([earlier.misuseSubject])], "\(reports)")
+        #expect(barrier?.reasons.first?.description.contains("waits for the operations added before it") == true)
+        outside.start()
+        #expect(ran.wait())
+        #expect(queue.waitUntilAllOperationsAreFinished(timeout: patience))
+    }
+
     @Test("the report says why each operation is not running")
     func report() {
         let queue = OperationQueue()

@@ -9,9 +9,11 @@ extension OperationQueue {
     /// Print it (its `description` is a multi-line text) or inspect its
     /// fields.
     public func diagnostics() -> Diagnostics {
-        let (members, suspended, width, executing, ready, held, limit, started) = lock.withLock {
-            (state.operations, state.isSuspended, state.width, state.executing, state.readyCount, state.heldCount, state.pendingLimit,
-             Set(state.slotHolders.map(ObjectIdentifier.init)))
+        let (members, suspended, width, executing, ready, held, limit, started, barriers) = lock.withLock {
+            let members = state.operations
+            return (members, state.isSuspended, state.width, state.executing, state.readyCount, state.heldCount, state.pendingLimit,
+                    Set(state.slotHolders.map(ObjectIdentifier.init)),
+                    Set(members.filter { $0.queueLink.has(QueueLink.Flags.barrier) }.map(ObjectIdentifier.init)))
         }
         let summary = Diagnostics.QueueSummary(
             subject: misuseSubject,
@@ -24,8 +26,13 @@ extension OperationQueue {
             pendingLimit: limit
         )
         let cycles = DependencyGraph.cycles(reachableFrom: members)
-        let reports = members.map {
-            Diagnostics.OperationReport($0, queue: self, summary: summary, cycles: cycles, startedByQueue: started.contains(ObjectIdentifier($0)))
+        // `members` is in add order: a barrier waits for every member before it.
+        let reports = members.enumerated().map { index, operation in
+            Diagnostics.OperationReport(
+                operation, queue: self, summary: summary, cycles: cycles,
+                startedByQueue: started.contains(ObjectIdentifier(operation)),
+                barrierWaitsFor: barriers.contains(ObjectIdentifier(operation)) ? Array(members[..<index]) : []
+            )
         }
         return Diagnostics(
             queue: summary,
@@ -73,6 +80,9 @@ extension OperationQueue {
             case cycle([String])
             /// It waits behind a barrier added before it.
             case barrier
+            /// It is a barrier (``OperationQueue/addBarrierBlock(_:)``) and
+            /// waits for these unfinished operations, added before it.
+            case barrierWaitsFor([String])
             /// The queue is suspended.
             case queueSuspended
             /// It is ready and waits for a slot: `executing` of `limit`.
@@ -96,6 +106,9 @@ extension OperationQueue {
                 case .dependencyInNoQueue(let name): return "\(name) is in no queue (it runs only when someone calls start())"
                 case .cycle(let names): return "cycle: " + names.joined(separator: " → ")
                 case .barrier: return "waits behind a barrier"
+                case .barrierWaitsFor(let names):
+                    let shown = names.prefix(5).joined(separator: ", ")
+                    return "barrier: waits for the operations added before it: " + shown + (names.count > 5 ? " and \(names.count - 5) more" : "")
                 case .queueSuspended: return "ready, queue suspended"
                 case .waitsForSlot(let executing, let limit): return "ready, waits for a slot: \(executing) of \(limit) executing"
                 case .readinessOverride: return "its isReady override returns false"
@@ -119,7 +132,12 @@ extension OperationQueue {
             /// `startedByQueue`: its queue has called its `start()` and it
             /// holds a slot (for a class that overrides `start()`, the only
             /// sign that it is executing).
-            init(_ operation: Operation, queue: OperationQueue?, summary: QueueSummary? = nil, cycles: [[Operation]] = [], startedByQueue: Bool = false) {
+            /// `barrierWaitsFor`: for a barrier, the unfinished operations
+            /// added before it.
+            init(
+                _ operation: Operation, queue: OperationQueue?, summary: QueueSummary? = nil, cycles: [[Operation]] = [],
+                startedByQueue: Bool = false, barrierWaitsFor earlier: [Operation] = []
+            ) {
                 let state = operation.loadState()
                 subject = operation.misuseSubject
                 // A class with its own `start()` never sets the base state:
@@ -127,10 +145,14 @@ extension OperationQueue {
                 let ownStart = startedByQueue && state.phase == .pending
                 phase = ownStart ? OperationState.Phase.executing.rawValue : state.phase.rawValue
                 isCancelled = state.isCancelled
-                reasons = ownStart ? [.asynchronousFinish] : Self.reasons(for: operation, state: state, summary: summary, cycles: cycles)
+                reasons = ownStart
+                    ? [.asynchronousFinish]
+                    : Self.reasons(for: operation, state: state, summary: summary, cycles: cycles, earlier: earlier)
             }
 
-            private static func reasons(for operation: Operation, state: OperationState, summary: QueueSummary?, cycles: [[Operation]]) -> [Reason] {
+            private static func reasons(
+                for operation: Operation, state: OperationState, summary: QueueSummary?, cycles: [[Operation]], earlier: [Operation]
+            ) -> [Reason] {
                 switch state.phase {
                 case .executing:
                     return operation.isAsynchronous ? [.asynchronousFinish] : []
@@ -158,6 +180,7 @@ extension OperationQueue {
                     return [.readinessOverride]
                 }
                 if summary.isSuspended { return [.queueSuspended] }
+                if !earlier.isEmpty { return [.barrierWaitsFor(earlier.map(\.misuseSubject))] }
                 if summary.heldBehindBarriers > 0, operation.isHeldBehindBarrier { return [.barrier] }
                 let limit = summary.maxConcurrentOperationCount
                 return [.waitsForSlot(executing: summary.executing, limit: limit < 0 ? WorkerPool.shared.targetConcurrency : limit)]
