@@ -161,7 +161,11 @@ open class Operation: @unchecked Sendable {
     ///
     /// Dependencies may cross queues and may involve operations you start by
     /// hand. Adding a dependency that is already present does nothing.
-    /// Adding one after this operation started has no effect on its start.
+    /// Adding one after this operation started has no effect on its start,
+    /// and neither has adding one to a queued operation at the moment its
+    /// queue is starting it (another thread's edit races with the start, as
+    /// in Foundation): give a queued operation its dependencies before
+    /// adding it, or while its queue is suspended.
     ///
     /// As in Foundation, a dependency that closes a cycle is kept: the
     /// operations on the cycle never start unless one of them is cancelled
