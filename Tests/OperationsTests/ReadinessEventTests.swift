@@ -137,6 +137,46 @@ struct ReadinessEventTests {
         #expect(log.readiness(of: operation) == [.ready])
     }
 
+    @Test("a dependency given when the queue has announced the start is too late: no notReady after started (regression: probe 13)")
+    func noNotReadyAfterStarted() {
+        let queue = makeQueue("ready-events-started-window")
+        let operation = BlockOperation {}
+        let dependency = BlockOperation {}
+        let log = ReadinessLog([operation])
+        defer { log.cancel() }
+        // Called on the thread that starts the operation, between the
+        // queue's `started` and the start itself.
+        let token = OperationInstrumentation.addInstrument { event in
+            if event.kind == .started, event.operation === operation { operation.addDependency(dependency) }
+        }
+        defer { token.cancel() }
+
+        queue.addOperation(operation)
+        #expect(operation.waitUntilFinished(timeout: patience))
+        let kinds = log.all(of: operation).sorted { $0.time < $1.time }.map(\.kind)
+        #expect(kinds == [.added, .ready, .started, .finished], "\(kinds)")
+    }
+
+    @Test("an operation that finishes from its isCancelled observer: cancelled comes before finished (regression: probe 13)")
+    func cancelledBeforeFinished() {
+        let queue = makeQueue("events-cancel-then-finish")
+        let operation = ManualConcurrentOperation()
+        let log = ReadinessLog([operation])
+        defer { log.cancel() }
+        // The common pattern: an asynchronous operation finishes when it is
+        // cancelled. The observer runs before `cancel()` returns.
+        let token = operation.observe(key: "isCancelled", options: [.new]) { observed, _ in
+            (observed as? ManualConcurrentOperation)?.finish()
+        }
+        queue.addOperation(operation)
+        #expect(operation.started.wait())
+        operation.cancel()
+        #expect(queue.waitUntilAllOperationsAreFinished(timeout: patience))
+        let kinds = log.all(of: operation).sorted { $0.time < $1.time }.map(\.kind)
+        #expect(kinds == [.added, .ready, .started, .cancelled, .finished], "\(kinds)")
+        withExtendedLifetime(token) {}
+    }
+
     @Test("no readiness events before an operation is in a queue: the first one comes with the add (regression: probe 13)")
     func noReadinessEventsOutsideQueues() {
         let queue = makeQueue("ready-events-outside")

@@ -23,9 +23,13 @@ extension Operation {
         var body: AsyncBodyCancellation?
         var queue: OperationQueue?
         var readyAt: OperationInstrumentation.Stamp?
+        var cancelledAt: OperationInstrumentation.Stamp?
         let changed = withStateLock { state -> Bool in
             let outcome = state.cancel()
             guard outcome.changed else { return false }
+            // Timed under the lock, so that a finish on another thread,
+            // which needs this lock, has a later time (probe 13).
+            if OperationInstrumentation.isActive { cancelledAt = OperationInstrumentation.Stamp() }
             // Cancelling makes a waiting operation ready (as its base state);
             // timed under the lock, like its other readiness changes.
             if !outcome.wasReady, state.countsDependencies, state.isWaitingInQueue, OperationInstrumentation.isActive { readyAt = OperationInstrumentation.Stamp() }
@@ -43,7 +47,7 @@ extension Operation {
         if observed { notifyDidChange(keys) }
         guard changed else { return nil }
         if TraceRecorder.isActive { TraceRecorder.shared.record(.cancelled, self, queue: nil) }
-        if OperationInstrumentation.isActive { OperationInstrumentation.emit(.cancelled, self, queue: queue) }
+        if let cancelledAt { OperationInstrumentation.emit(.cancelled, self, queue: queue, at: cancelledAt.time) }
         // An `isReady` override is reported by the queue, when it re-reads it.
         if let readyAt, !overrides(.isReady) { OperationInstrumentation.emit(.ready, self, queue: queue, at: readyAt.time) }
         body?.cancel()

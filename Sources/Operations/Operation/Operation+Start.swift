@@ -67,6 +67,16 @@ extension Operation {
         return nil
     }
 
+    /// Marks the operation as left its queue's waiting operations, before
+    /// the instruments hear `started`: a readiness change another thread
+    /// makes from now on is not reported (it comes too late to hold the
+    /// start back), and one made before has an earlier time. Only while
+    /// instruments are installed: nothing else reads the mark for an
+    /// operation that keeps the base `start()`.
+    final func markDispatchedForInstruments() {
+        withStateLock { $0.isDispatched = true }
+    }
+
     // MARK: The base start
 
     /// Validates the start, runs the body, and returns the finish plan if

@@ -37,7 +37,7 @@
 /// | 16     | a dependency failure policy other than `.runAnyway`     |
 /// | 17     | cancellation handlers have run (or were discarded)      |
 /// | 18     | a counted dependency on itself                          |
-/// | 19     | dispatched: its queue called its own `start()` (never cleared) |
+/// | 19     | dispatched: its queue is starting it (see `isDispatched`) |
 /// | 32–63  | unfinished dependencies                                 |
 ///
 /// Invariants (checked by `checkInvariants()`):
@@ -130,9 +130,10 @@ struct OperationState: Equatable, Sendable, CustomStringConvertible {
         set { set(Self.queueStartBit, newValue) }
     }
 
-    /// The owning queue called the start() of a class that overrides it:
-    /// the operation left the queue's waiting operations, although the
-    /// base start never runs. Never cleared.
+    /// The owning queue is starting the operation: it left the queue's
+    /// waiting operations. Set when the queue calls the `start()` of a class
+    /// that overrides it (whose base start never runs), and, while
+    /// instruments are installed, before they hear `started`. Never cleared.
     var isDispatched: Bool {
         get { raw & Self.dispatchedBit != 0 }
         set { set(Self.dispatchedBit, newValue) }
