@@ -26,12 +26,14 @@ extension OperationQueue {
             pendingLimit: limit
         )
         let cycles = DependencyGraph.cycles(reachableFrom: members)
-        // `members` is in add order: a barrier waits for every member before it.
+        // `members` is in add order: a barrier waits for every member before
+        // it. The oldest are named (a bounded list: a hang report builds
+        // this for queues of any size).
         let reports = members.enumerated().map { index, operation in
             Diagnostics.OperationReport(
                 operation, queue: self, summary: summary, cycles: cycles,
                 startedByQueue: started.contains(ObjectIdentifier(operation)),
-                barrierWaitsFor: barriers.contains(ObjectIdentifier(operation)) ? Array(members[..<index]) : []
+                barrierWaitsFor: barriers.contains(ObjectIdentifier(operation)) ? Array(members[..<min(index, 64)]) : []
             )
         }
         return Diagnostics(
@@ -81,7 +83,8 @@ extension OperationQueue {
             /// It waits behind a barrier added before it.
             case barrier
             /// It is a barrier (``OperationQueue/addBarrierBlock(_:)``) and
-            /// waits for these unfinished operations, added before it.
+            /// waits for the unfinished operations added before it: the
+            /// oldest of them, up to 64.
             case barrierWaitsFor([String])
             /// The queue is suspended.
             case queueSuspended
@@ -108,7 +111,8 @@ extension OperationQueue {
                 case .barrier: return "waits behind a barrier"
                 case .barrierWaitsFor(let names):
                     let shown = names.prefix(5).joined(separator: ", ")
-                    return "barrier: waits for the operations added before it: " + shown + (names.count > 5 ? " and \(names.count - 5) more" : "")
+                    let more = names.count >= 64 ? " and more" : names.count > 5 ? " and \(names.count - 5) more" : ""
+                    return "barrier: waits for the operations added before it: " + shown + more
                 case .queueSuspended: return "ready, queue suspended"
                 case .waitsForSlot(let executing, let limit): return "ready, waits for a slot: \(executing) of \(limit) executing"
                 case .readinessOverride: return "its isReady override returns false"
