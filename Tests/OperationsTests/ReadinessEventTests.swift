@@ -32,6 +32,11 @@ final class ReadinessLog: Sendable {
             .map(\.kind)
     }
 
+    /// Every event kind of `operation`, in time order.
+    func kinds(of operation: Operation) -> [OperationEvent.Kind] {
+        all(of: operation).sorted { $0.time < $1.time }.map(\.kind)
+    }
+
     /// Every event of `operation`, in arrival order.
     func all(of operation: Operation) -> [OperationEvent] {
         events.events.filter { $0.operation === operation }
@@ -153,7 +158,7 @@ struct ReadinessEventTests {
 
         queue.addOperation(operation)
         #expect(operation.waitUntilFinished(timeout: patience))
-        let kinds = log.all(of: operation).sorted { $0.time < $1.time }.map(\.kind)
+        let kinds = log.kinds(of: operation)
         #expect(kinds == [.added, .ready, .started, .finished], "\(kinds)")
     }
 
@@ -172,7 +177,7 @@ struct ReadinessEventTests {
         #expect(operation.started.wait())
         operation.cancel()
         #expect(queue.waitUntilAllOperationsAreFinished(timeout: patience))
-        let kinds = log.all(of: operation).sorted { $0.time < $1.time }.map(\.kind)
+        let kinds = log.kinds(of: operation)
         #expect(kinds == [.added, .ready, .started, .cancelled, .finished], "\(kinds)")
         withExtendedLifetime(token) {}
     }

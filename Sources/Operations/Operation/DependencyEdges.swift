@@ -173,9 +173,7 @@ extension Operation {
             // hear of a loss only when the base readiness fell. A queue
             // re-reads an `isReady` override either way, as Foundation's
             // does on the notification every `addDependency` posts.
-            if queue != nil, !state.isBaseReady, state.isWaitingInQueue, OperationInstrumentation.isActive {
-                time = OperationInstrumentation.Stamp()
-            }
+            if queue != nil, !state.isBaseReady { time = .readinessChange(of: state) }
         }
 
         /// Tells the queue or the instruments. Call with no lock held.
@@ -215,9 +213,7 @@ extension Operation {
             if counted, state.removeUnfinishedDependency() {
                 becameReady = true
                 queue = queueForNews(state)
-                // Instruments hear of readiness only while it waits in a
-                // queue (its add reports where it stands).
-                if state.isWaitingInQueue, OperationInstrumentation.isActive { readyAt = OperationInstrumentation.Stamp() }
+                readyAt = .readinessChange(of: state)
             }
         }
         if dependency === self {
@@ -312,7 +308,7 @@ extension Operation {
             becameReady = true
             // Taken under the lock: the times order this operation's
             // readiness changes as they happened.
-            if state.isWaitingInQueue, OperationInstrumentation.isActive { readyAt = OperationInstrumentation.Stamp() }
+            readyAt = .readinessChange(of: state)
             guard state.isEnqueued, !state.isRetired, let owner = membership else { return }
             // Whether readiness is user code comes from the class, not from
             // `queueLink`: that record belongs to the queue and is written

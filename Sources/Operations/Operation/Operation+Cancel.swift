@@ -32,7 +32,7 @@ extension Operation {
             if OperationInstrumentation.isActive { cancelledAt = OperationInstrumentation.Stamp() }
             // Cancelling makes a waiting operation ready (as its base state);
             // timed under the lock, like its other readiness changes.
-            if !outcome.wasReady, state.countsDependencies, state.isWaitingInQueue, OperationInstrumentation.isActive { readyAt = OperationInstrumentation.Stamp() }
+            if !outcome.wasReady { readyAt = .readinessChange(of: state) }
             if state.takeCancellationHandling() {
                 body = takeBodyCancellationLocked()
                 if let extras {

@@ -103,6 +103,16 @@ public enum OperationInstrumentation {
     final class Stamp: Sendable {
         let time: ContinuousClock.Instant
         init() { time = .now }
+
+        /// The time of a readiness change of an operation whose state,
+        /// read under its lock, is `state`; nil when no instrument hears of
+        /// it: none is installed, or the operation does not wait in a queue
+        /// (readiness events cover only that time, see `OperationEvent.Kind.ready`).
+        @inline(__always)
+        static func readinessChange(of state: OperationState) -> Stamp? {
+            guard OperationInstrumentation.isActive, state.isWaitingInQueue else { return nil }
+            return Stamp()
+        }
     }
 
     /// Whether an instrument is installed: the one load every hook pays.
