@@ -39,7 +39,7 @@ extension Operation {
         if observed {
             guard !withStateLock({ _ in storedDependencies.contains(dependency) }) else { return }
             let state = loadState()
-            let mayBecomeUnready = state.isBaseReady && state.countsDependencies && !dependency.loadState().isFinished
+            let mayBecomeUnready = state.isBaseReady && state.acceptsDependencies && !dependency.loadState().isFinished
             keys = mayBecomeUnready ? ["dependencies", "isReady"] : ["dependencies"]
             notifyWillChange(keys)
         }
@@ -248,12 +248,14 @@ extension Operation {
     ///
     /// - Complexity: O(min(a, b)), where a is this operation's number of
     ///   dependencies and b the dependency's number of dependents, so that
-    ///   neither fan-in nor fan-out graphs are quadratic to build. While the
-    ///   edge counts, it is in both lists, so either can answer.
+    ///   neither fan-in nor fan-out graphs are quadratic to build. While this
+    ///   operation accepts dependencies, an edge to an unfinished dependency
+    ///   counts and is in both lists, so either can answer; otherwise only
+    ///   this operation's list is sure to hold it.
     private func isDuplicateLocked(_ dependency: Operation, state: OperationState, dependencyState: OperationState) -> Bool {
         let ownCount = storedDependencies.count
         if ownCount == 0 { return false }
-        if dependency !== self, !dependencyState.isFinished, state.countsDependencies,
+        if dependency !== self, !dependencyState.isFinished, state.acceptsDependencies,
            dependency.storedDependents.count <= ownCount {
             return dependency.storedDependents.contains(self)
         }

@@ -54,10 +54,7 @@ extension Operation {
     /// finishing and picking the next operation share one lock acquisition.
     final func startFromQueue(customStart: Bool) -> FinishPlan? {
         guard customStart else { return performBaseStart(queueCall: true) }
-        withStateLock { state in
-            state.isQueueStart = true
-            state.isDispatched = true
-        }
+        withStateLock { $0.isQueueStart = true }
         ThreadContext.withCurrent { context in
             let saved = context.enter(self)
             withCarriedContext { start() }
@@ -65,16 +62,6 @@ extension Operation {
         }
         withStateLock { $0.isQueueStart = false }
         return nil
-    }
-
-    /// Marks the operation as left its queue's waiting operations, before
-    /// the instruments hear `started`: a readiness change another thread
-    /// makes from now on is not reported (it comes too late to hold the
-    /// start back), and one made before has an earlier time. Only while
-    /// instruments are installed: nothing else reads the mark for an
-    /// operation that keeps the base `start()`.
-    final func markDispatchedForInstruments() {
-        withStateLock { $0.isDispatched = true }
     }
 
     // MARK: The base start

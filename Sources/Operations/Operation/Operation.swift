@@ -162,10 +162,14 @@ open class Operation: @unchecked Sendable {
     /// Dependencies may cross queues and may involve operations you start by
     /// hand. Adding a dependency that is already present does nothing.
     /// Adding one after this operation started has no effect on its start,
-    /// and neither has adding one to a queued operation at the moment its
-    /// queue is starting it (another thread's edit races with the start, as
-    /// in Foundation): give a queued operation its dependencies before
-    /// adding it, or while its queue is suspended.
+    /// and neither has adding one to a queued operation that its queue has
+    /// already taken to start: the dependency is listed but does not count,
+    /// and ``isReady`` stays true. Either the new dependency counts (this
+    /// operation reads not ready afterwards, and waits for it) or the queue
+    /// took the operation first; another thread's edit can never count and
+    /// still be overtaken by the start. To be sure a queued operation waits,
+    /// give it its dependencies before adding it, or while its queue is
+    /// suspended.
     ///
     /// As in Foundation, a dependency that closes a cycle is kept: the
     /// operations on the cycle never start unless one of them is cancelled

@@ -110,6 +110,40 @@ extension Operation {
         return false
     }
 
+    /// Marks the operation taken by its queue to start (`isDispatched`), in
+    /// one compare-and-swap when its lock bit is free. With
+    /// `requiringBaseReadiness`, only if it is base-ready (cancelled, or no
+    /// unfinished dependency): this decides the race with another thread's
+    /// `addDependency`, which counts its edge only before the mark. Returns
+    /// whether the operation was marked. Call with the queue's lock held
+    /// (lock order: queue, then operation).
+    @inline(__always)
+    final func claimForDispatch(requiringBaseReadiness: Bool) -> Bool {
+        let current = stateWord.load(ordering: .relaxed)
+        if current & OperationState.lockBit == 0 {
+            if requiringBaseReadiness, !OperationState(raw: current).isBaseReady { return false }
+            if stateWord.compareExchange(
+                expected: current,
+                desired: current | OperationState.dispatchedFlag,
+                successOrdering: .acquiringAndReleasing,
+                failureOrdering: .relaxed
+            ).exchanged { return true }
+        }
+        return claimForDispatchUnderLock(requiringBaseReadiness: requiringBaseReadiness)
+    }
+
+    /// `claimForDispatch`'s path when the word changed or another thread
+    /// holds the lock bit: under the lock. Out of line, so that the queue's
+    /// pick stays small.
+    @inline(never)
+    private func claimForDispatchUnderLock(requiringBaseReadiness: Bool) -> Bool {
+        withStateLock { state in
+            if requiringBaseReadiness, !state.isBaseReady { return false }
+            state.isDispatched = true
+            return true
+        }
+    }
+
     /// Removes one unfinished dependency in one compare-and-swap when at
     /// least one more remains and nothing watches the operation (no
     /// observers, no failure policy). Nothing else changes then: the

@@ -37,7 +37,7 @@
 /// | 16     | a dependency failure policy other than `.runAnyway`     |
 /// | 17     | cancellation handlers have run (or were discarded)      |
 /// | 18     | a counted dependency on itself                          |
-/// | 19     | dispatched: its queue is starting it (see `isDispatched`) |
+/// | 19     | dispatched: its queue took it to start (see `isDispatched`) |
 /// | 32–63  | unfinished dependencies                                 |
 ///
 /// Invariants (checked by `checkInvariants()`):
@@ -91,6 +91,8 @@ struct OperationState: Equatable, Sendable, CustomStringConvertible {
     static let fastDependencyMinimum: UInt64 = 2 << dependencyShift
     /// The base-executing bit, for the one-step start.
     static let baseExecutingFlag: UInt64 = baseExecutingBit
+    /// The dispatched bit, set by a queue's claim (`claimForDispatch`).
+    static let dispatchedFlag: UInt64 = dispatchedBit
     /// The queue-start bit, consumed by the one-step start.
     static let queueStartFlag: UInt64 = queueStartBit
     /// The enqueued bit: a start by hand must not take the one-step path.
@@ -130,10 +132,11 @@ struct OperationState: Equatable, Sendable, CustomStringConvertible {
         set { set(Self.queueStartBit, newValue) }
     }
 
-    /// The owning queue is starting the operation: it left the queue's
-    /// waiting operations. Set when the queue calls the `start()` of a class
-    /// that overrides it (whose base start never runs), and, while
-    /// instruments are installed, before they hear `started`. Never cleared.
+    /// The owning queue took the operation to start it: it left the queue's
+    /// waiting operations. Set under the operation's lock when the queue
+    /// picks it (`OperationCore.claimForDispatch`), which decides the race
+    /// with another thread's `addDependency`: an edge added from then on
+    /// does not count, as for an operation that started. Never cleared.
     var isDispatched: Bool {
         get { raw & Self.dispatchedBit != 0 }
         set { set(Self.dispatchedBit, newValue) }
@@ -183,6 +186,12 @@ struct OperationState: Equatable, Sendable, CustomStringConvertible {
     /// Whether dependencies still count: the operation has not been started
     /// and has not finished.
     var countsDependencies: Bool { !hasBaseStarted && !isFinished }
+
+    /// Whether a new dependency would count: dependencies still count, and
+    /// no queue has taken the operation to start it. (An edge counted
+    /// before the queue took it still counts: a cancelled operation is
+    /// taken with unfinished dependencies.)
+    var acceptsDependencies: Bool { countsDependencies && !isDispatched }
 
     private mutating func set(_ bit: UInt64, _ on: Bool) {
         raw = on ? raw | bit : raw & ~bit
@@ -290,10 +299,11 @@ struct OperationState: Equatable, Sendable, CustomStringConvertible {
     }
 
     /// Counts one more unfinished dependency. Returns whether it counts (the
-    /// operation has not started or finished); the caller registers the
+    /// operation has not started, finished, or been taken by its queue to
+    /// start); the caller registers the
     /// dependents edge exactly when it does.
     mutating func addUnfinishedDependency() -> Bool {
-        guard countsDependencies else { return false }
+        guard acceptsDependencies else { return false }
         raw &+= Self.dependencyUnit
         return true
     }

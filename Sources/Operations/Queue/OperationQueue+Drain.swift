@@ -198,12 +198,8 @@ extension OperationQueue {
                     for cancelled in cancelledBatch { TraceRecorder.shared.record(.started, cancelled, queue: self) }
                 }
                 if OperationInstrumentation.isActive {
-                    operation.markDispatchedForInstruments()
                     OperationInstrumentation.emit(.started, operation, queue: self)
-                    for cancelled in cancelledBatch {
-                        cancelled.markDispatchedForInstruments()
-                        OperationInstrumentation.emit(.started, cancelled, queue: self)
-                    }
+                    for cancelled in cancelledBatch { OperationInstrumentation.emit(.started, cancelled, queue: self) }
                 }
                 primary = run(operation, customStart: customStart, readied: &readied)
             }

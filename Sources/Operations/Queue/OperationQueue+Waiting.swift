@@ -106,10 +106,7 @@ extension OperationQueue {
                 _ = signal.wait(deadline: Deadline.earliest(deadline, Deadline(nanosecondsFromNow: 50_000_000)))
                 continue
             }
-            if OperationInstrumentation.isActive {
-                operation.markDispatchedForInstruments()
-                OperationInstrumentation.emit(.started, operation, queue: self)
-            }
+            if OperationInstrumentation.isActive { OperationInstrumentation.emit(.started, operation, queue: self) }
             let savedQueue = context.queueReference
             context.queueReference = Unmanaged.passUnretained(self)
             var plan = operation.startFromQueue(customStart: customStart)

@@ -340,6 +340,7 @@ struct QueueState {
         if nonEmptyLanes & 1 != 0, let node = lanes[Self.cancelledLane].first {
             node._withUnsafeGuaranteedRef { operation in
                 removeFromLane(operation)
+                _ = operation.claimForDispatch(requiringBaseReadiness: false)
                 operation.queueLink.flags |= QueueLink.Flags.dispatched
             }
             return node
@@ -351,10 +352,12 @@ struct QueueState {
             let startable = node._withUnsafeGuaranteedRef { operation -> Bool in
                 removeFromLane(operation)
                 // A base-readiness operation may have gained a dependency since
-                // it entered the lane: it comes back when that finishes.
-                if !operation.queueLink.has(QueueLink.Flags.customReadiness), !operation.loadState().isBaseReady {
-                    return false
-                }
+                // it entered the lane: it comes back when that finishes. The
+                // check and the mark are one step under the operation's lock,
+                // so that a dependency added from now on does not count (an
+                // `isReady` override was read when it entered the lane).
+                let base = !operation.queueLink.has(QueueLink.Flags.customReadiness)
+                guard operation.claimForDispatch(requiringBaseReadiness: base) else { return false }
                 operation.queueLink.flags |= QueueLink.Flags.dispatched | QueueLink.Flags.holdsSlot
                 return true
             }
@@ -372,6 +375,7 @@ struct QueueState {
         while batch.count < limit, let node = lanes[Self.cancelledLane].first {
             let operation = node.takeUnretainedValue()
             removeFromLane(operation)
+            _ = operation.claimForDispatch(requiringBaseReadiness: false)
             operation.queueLink.flags |= QueueLink.Flags.dispatched
             batch.append(operation)
         }

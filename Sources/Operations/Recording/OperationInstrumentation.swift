@@ -25,9 +25,9 @@ public struct OperationEvent: Sendable {
         /// that overrides ``Operation/isReady``) its queue read the override
         /// as false. Pairs with ``ready``, so that a count of ready
         /// operations stays right; an operation's last readiness event, by
-        /// ``OperationEvent/time``, tells whether it is ready. (A dependency
-        /// given at the moment its queue starts it is too late to hold it
-        /// back; `started` then follows this event.)
+        /// ``OperationEvent/time``, tells whether it is ready. A dependency
+        /// given once its queue has taken the operation to start it does not
+        /// count and emits nothing.
         case notReady
         /// Started, by its queue or by hand.
         case started
