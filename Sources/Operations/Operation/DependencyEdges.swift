@@ -51,17 +51,21 @@ extension Operation {
             // A self-dependency can never finish first: it counts until the
             // operation is cancelled, as in Foundation. It is not in its own
             // dependents list, and is dropped when the operation finishes (it
-            // would otherwise retain itself forever).
+            // would otherwise retain itself forever); so one given after the
+            // finish is not listed at all.
             withStateLock { state in
-                guard !storedDependencies.contains(self) else { return }
+                guard !state.isFinished, !storedDependencies.contains(self) else { return }
                 storedDependencies.append(self)
                 let wasReady = state.isBaseReady
                 if state.addUnfinishedDependency() {
                     state.hasSelfDependency = true
                     if wasReady {
                         lostReadiness = !state.isBaseReady
-                        unready.record(state, of: self)
+                        unready.record(&state, of: self)
                     }
+                } else {
+                    // Taken by its queue to start, or started: listed only.
+                    state.hasUncountedSelfDependency = true
                 }
             }
             if lostReadiness, !keys.contains("isReady"), loadState().isObserved {
@@ -131,7 +135,7 @@ extension Operation {
         dependency.storedDependents.append(self)
         guard wasReady else { return false }
         // Only a queued operation has a queue to tell.
-        if state.isEnqueued { unready.record(state, of: self) }
+        if state.isEnqueued { unready.record(&state, of: self) }
         return !state.isBaseReady
     }
 
@@ -165,10 +169,14 @@ extension Operation {
         /// Records the edit. Call with the operation's lock held, right
         /// after the change, so that the time orders it among the
         /// operation's other readiness changes.
-        mutating func record(_ state: OperationState, of operation: Operation) {
+        mutating func record(_ state: inout OperationState, of operation: Operation) {
             // Only an operation in a queue: before it is added, its readiness
             // is read when it is added.
             queue = operation.queueForNews(state)
+            // The queue read an `isReady` override before this edge counted:
+            // it must not take the operation to start on that reading. The
+            // re-read that `report(for:)` requests clears the mark.
+            if queue != nil, operation.overrides(.isReady) { state.isReadinessStale = true }
             // A cancelled operation stays ready (probe 12): the instruments
             // hear of a loss only when the base readiness fell. A queue
             // re-reads an `isReady` override either way, as Foundation's
@@ -222,6 +230,7 @@ extension Operation {
                 removed = self
                 let counted = state.hasSelfDependency
                 state.hasSelfDependency = false
+                state.hasUncountedSelfDependency = false
                 detach(&state, counted: counted)
             }
         } else {

@@ -105,7 +105,7 @@ extension Operation {
             // or its class let it start early): leave their lists before the
             // queue lets go of this operation (see `DependentList`).
             let registered = state.unfinishedDependencies > 0 ? storedDependencies : .empty
-            let dependsOnItself = state.hasSelfDependency
+            let dependsOnItself = state.hasSelfDependency || state.hasUncountedSelfDependency
             state.clearDependencies()
             // Taken after `registered`, which still holds them while this
             // operation leaves their dependents lists.

@@ -110,18 +110,34 @@ extension Operation {
         return false
     }
 
+    /// What a queue's claim (`claimForDispatch`) requires of an operation.
+    enum ClaimCondition {
+        /// Nothing: a cancelled operation is ready whatever its dependencies.
+        case none
+        /// Its base readiness: cancelled, or no unfinished dependency.
+        case baseReadiness
+        /// For a class that overrides `isReady`: no dependency counted since
+        /// the queue last read the override (`isReadinessStale` clear).
+        case freshReadiness
+    }
+
     /// Marks the operation taken by its queue to start (`isDispatched`), in
-    /// one compare-and-swap when its lock bit is free. With
-    /// `requiringBaseReadiness`, only if it is base-ready (cancelled, or no
-    /// unfinished dependency): this decides the race with another thread's
-    /// `addDependency`, which counts its edge only before the mark. Returns
-    /// whether the operation was marked. Call with the queue's lock held
-    /// (lock order: queue, then operation).
+    /// one compare-and-swap when its lock bit is free, if it meets
+    /// `condition`. This decides the race with another thread's
+    /// `addDependency`, which counts its edge only before the mark: an edge
+    /// counted first makes a base-readiness operation fail the check, and
+    /// marks an `isReady` override's last reading stale until the queue
+    /// reads it again. Returns whether the operation was marked. Call with
+    /// the queue's lock held (lock order: queue, then operation).
     @inline(__always)
-    final func claimForDispatch(requiringBaseReadiness: Bool) -> Bool {
+    final func claimForDispatch(_ condition: ClaimCondition) -> Bool {
         let current = stateWord.load(ordering: .relaxed)
         if current & OperationState.lockBit == 0 {
-            if requiringBaseReadiness, !OperationState(raw: current).isBaseReady { return false }
+            switch condition {
+            case .none: break
+            case .baseReadiness: if !OperationState(raw: current).isBaseReady { return false }
+            case .freshReadiness: if current & OperationState.readinessStaleFlag != 0 { return false }
+            }
             if stateWord.compareExchange(
                 expected: current,
                 desired: current | OperationState.dispatchedFlag,
@@ -129,18 +145,34 @@ extension Operation {
                 failureOrdering: .relaxed
             ).exchanged { return true }
         }
-        return claimForDispatchUnderLock(requiringBaseReadiness: requiringBaseReadiness)
+        return claimForDispatchUnderLock(condition)
     }
 
     /// `claimForDispatch`'s path when the word changed or another thread
     /// holds the lock bit: under the lock. Out of line, so that the queue's
     /// pick stays small.
     @inline(never)
-    private func claimForDispatchUnderLock(requiringBaseReadiness: Bool) -> Bool {
+    private func claimForDispatchUnderLock(_ condition: ClaimCondition) -> Bool {
         withStateLock { state in
-            if requiringBaseReadiness, !state.isBaseReady { return false }
+            switch condition {
+            case .none: break
+            case .baseReadiness: if !state.isBaseReady { return false }
+            case .freshReadiness: if state.isReadinessStale { return false }
+            }
             state.isDispatched = true
             return true
+        }
+    }
+
+    /// Clears the readiness-stale mark, returning whether it was set: the
+    /// queue is about to read the `isReady` override, which now sees every
+    /// dependency counted so far. Call with the queue's lock held (lock
+    /// order: queue, then operation).
+    final func takeStaleReadiness() -> Bool {
+        guard loadState().isReadinessStale else { return false }
+        return withStateLock { state in
+            defer { state.isReadinessStale = false }
+            return state.isReadinessStale
         }
     }
 

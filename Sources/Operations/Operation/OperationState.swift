@@ -38,6 +38,8 @@
 /// | 17     | cancellation handlers have run (or were discarded)      |
 /// | 18     | a counted dependency on itself                          |
 /// | 19     | dispatched: its queue took it to start (see `isDispatched`) |
+/// | 20     | readiness stale: an edge counted since its queue last read its `isReady` override |
+/// | 21     | an uncounted self-dependency is listed                  |
 /// | 32–63  | unfinished dependencies                                 |
 ///
 /// Invariants (checked by `checkInvariants()`):
@@ -70,6 +72,8 @@ struct OperationState: Equatable, Sendable, CustomStringConvertible {
     private static let cancellationHandledBit: UInt64 = 1 << 17
     private static let selfDependencyBit: UInt64 = 1 << 18
     private static let dispatchedBit: UInt64 = 1 << 19
+    private static let readinessStaleBit: UInt64 = 1 << 20
+    private static let uncountedSelfDependencyBit: UInt64 = 1 << 21
     private static let dependencyShift: UInt64 = 32
     private static let dependencyUnit: UInt64 = 1 << 32
 
@@ -93,6 +97,9 @@ struct OperationState: Equatable, Sendable, CustomStringConvertible {
     static let baseExecutingFlag: UInt64 = baseExecutingBit
     /// The dispatched bit, set by a queue's claim (`claimForDispatch`).
     static let dispatchedFlag: UInt64 = dispatchedBit
+    /// The readiness-stale bit, which a queue's claim of an operation whose
+    /// class overrides `isReady` must find clear.
+    static let readinessStaleFlag: UInt64 = readinessStaleBit
     /// The queue-start bit, consumed by the one-step start.
     static let queueStartFlag: UInt64 = queueStartBit
     /// The enqueued bit: a start by hand must not take the one-step path.
@@ -140,6 +147,25 @@ struct OperationState: Equatable, Sendable, CustomStringConvertible {
     var isDispatched: Bool {
         get { raw & Self.dispatchedBit != 0 }
         set { set(Self.dispatchedBit, newValue) }
+    }
+
+    /// For a class that overrides `isReady`: a dependency counted while the
+    /// operation waited in its queue, and the queue has not read the
+    /// override since. The queue does not take the operation to start while
+    /// this is set (`OperationCore.claimForDispatch`); the re-read that the
+    /// edit requested clears it (`OperationCore.takeStaleReadiness`).
+    var isReadinessStale: Bool {
+        get { raw & Self.readinessStaleBit != 0 }
+        set { set(Self.readinessStaleBit, newValue) }
+    }
+
+    /// The operation lists itself as a dependency that does not count (it
+    /// was added once the operation had been taken to start, or had
+    /// started): dropped from the list when the operation finishes, like a
+    /// counted one, or it would keep the operation alive forever.
+    var hasUncountedSelfDependency: Bool {
+        get { raw & Self.uncountedSelfDependencyBit != 0 }
+        set { set(Self.uncountedSelfDependencyBit, newValue) }
     }
 
     /// Whether the operation waits in its queue to be started: readiness
@@ -320,7 +346,7 @@ struct OperationState: Equatable, Sendable, CustomStringConvertible {
     /// Clears the dependency count (the operation finished or is being
     /// released, and has unregistered from every dependency).
     mutating func clearDependencies() {
-        raw &= (Self.dependencyUnit - 1) & ~Self.selfDependencyBit
+        raw &= (Self.dependencyUnit - 1) & ~(Self.selfDependencyBit | Self.uncountedSelfDependencyBit)
     }
 
     /// Why a queue refuses the operation, or nil once claimed.

@@ -340,7 +340,7 @@ struct QueueState {
         if nonEmptyLanes & 1 != 0, let node = lanes[Self.cancelledLane].first {
             node._withUnsafeGuaranteedRef { operation in
                 removeFromLane(operation)
-                _ = operation.claimForDispatch(requiringBaseReadiness: false)
+                _ = operation.claimForDispatch(.none)
                 operation.queueLink.flags |= QueueLink.Flags.dispatched
             }
             return node
@@ -352,12 +352,13 @@ struct QueueState {
             let startable = node._withUnsafeGuaranteedRef { operation -> Bool in
                 removeFromLane(operation)
                 // A base-readiness operation may have gained a dependency since
-                // it entered the lane: it comes back when that finishes. The
+                // it entered the lane: it comes back when that finishes. An
+                // `isReady` override read before a dependency counted comes
+                // back if the re-read the edit requested finds it ready. The
                 // check and the mark are one step under the operation's lock,
-                // so that a dependency added from now on does not count (an
-                // `isReady` override was read when it entered the lane).
-                let base = !operation.queueLink.has(QueueLink.Flags.customReadiness)
-                guard operation.claimForDispatch(requiringBaseReadiness: base) else { return false }
+                // so that a dependency added from now on does not count.
+                let custom = operation.queueLink.has(QueueLink.Flags.customReadiness)
+                guard operation.claimForDispatch(custom ? .freshReadiness : .baseReadiness) else { return false }
                 operation.queueLink.flags |= QueueLink.Flags.dispatched | QueueLink.Flags.holdsSlot
                 return true
             }
@@ -375,7 +376,7 @@ struct QueueState {
         while batch.count < limit, let node = lanes[Self.cancelledLane].first {
             let operation = node.takeUnretainedValue()
             removeFromLane(operation)
-            _ = operation.claimForDispatch(requiringBaseReadiness: false)
+            _ = operation.claimForDispatch(.none)
             operation.queueLink.flags |= QueueLink.Flags.dispatched
             batch.append(operation)
         }
@@ -528,7 +529,12 @@ struct QueueState {
     /// Starts a readiness evaluation of `operation`, whose readiness is user
     /// code: returns its epoch, which makes every earlier evaluation of the
     /// operation stale.
+    ///
+    /// If a dependency counted since the last reading (the operation's
+    /// readiness is stale), the operation leaves its lane until this
+    /// evaluation applies: the reading it was admitted on no longer holds.
     mutating func beginReadinessEvaluation(of operation: Operation) -> UInt64 {
+        if operation.takeStaleReadiness() { removeFromLane(operation) }
         nextReadinessEpoch &+= 1
         readinessEpochs[ObjectIdentifier(operation)] = nextReadinessEpoch
         return nextReadinessEpoch

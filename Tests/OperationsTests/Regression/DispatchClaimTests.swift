@@ -30,6 +30,33 @@ private final class DependencyCheckingOperation: Operation, @unchecked Sendable 
     }
 }
 
+/// Its `isReady` is `super.isReady`, read through a hook that can run once,
+/// inside the getter: the moment the queue re-reads the override.
+private final class HookedReadiness: Operation, @unchecked Sendable {
+    // @unchecked Sendable: `gate` is set before the operation is shared; the
+    // hook is behind a mutex; the flags are atomic.
+    let gate: Operation
+    let hook = Mutex<(@Sendable () -> Void)?>(nil)
+    let ranEarly = Atomic<Bool>(false)
+    let started = Gate()
+
+    init(gate: Operation) {
+        self.gate = gate
+        super.init()
+    }
+
+    override var isReady: Bool {
+        let ready = super.isReady
+        if let hook = hook.withLock({ $0.take() }) { hook() }
+        return ready
+    }
+
+    override func main() {
+        if !gate.isFinished { ranEarly.store(true, ordering: .releasing) }
+        started.open()
+    }
+}
+
 @Suite("A dependency added while the queue takes the operation")
 struct DispatchClaimTests {
     @Test("an edge that counts holds the operation back, even when added while its queue takes it (regression: probe 13)")
@@ -78,6 +105,78 @@ struct DispatchClaimTests {
             expectQueueInvariants(queue)
         }
         #expect(counted > 0, "no edge counted in \(counted + notCounted) tries: the scenario tests nothing")
+    }
+
+    @Test("an isReady override read before a dependency counted is not trusted: the queue waits for its re-read (regression: probe 14)")
+    func staleOverrideReadingIsNotTrusted() {
+        for round in 0..<10 {
+            let queue = makeQueue("dispatch-claim-override-\(round)", width: 1)
+            let blockerRunning = Gate()
+            let releaseBlocker = Gate()
+            queue.addOperation {
+                blockerRunning.open()
+                releaseBlocker.wait()
+            }
+            #expect(blockerRunning.wait())
+            let gate = BlockOperation {}
+            let operation = HookedReadiness(gate: gate)
+            // Read ready when added: it waits in its lane for the slot.
+            queue.addOperation(operation)
+            // The edit below counts its edge, then asks the queue to re-read
+            // the override. While the getter runs, the slot frees: the queue
+            // must not start the operation on its earlier reading.
+            operation.hook.withLock { hook in
+                hook = {
+                    releaseBlocker.open()
+                    _ = operation.started.wait(timeout: negativeWindow)
+                }
+            }
+            operation.addDependency(gate)
+            #expect(!operation.isReady)
+            let early = operation.ranEarly.load(ordering: .acquiring)
+            if early {
+                Issue.record("round \(round): the operation ran before its dependency, on a reading of isReady taken before the dependency counted")
+                return
+            }
+            #expect(staysFalse { operation.started.opened })
+            gate.start()
+            #expect(operation.started.wait())
+            #expect(queue.waitUntilAllOperationsAreFinished(timeout: patience))
+            expectQueueInvariants(queue)
+        }
+    }
+
+    @Test("a self-dependency given once the operation started, or after it finished, does not keep it alive (regression: probe 14)")
+    func lateSelfDependencyDoesNotLeak() {
+        let queue = makeQueue("dispatch-claim-self", width: 1)
+        let entered = Gate()
+        let release = Gate()
+        let executing = WeakReference<BlockOperation>(nil)
+        let finished = WeakReference<BlockOperation>(nil)
+        do {
+            let operation = BlockOperation {
+                entered.open()
+                release.wait()
+            }
+            executing.object = operation
+            queue.addOperation(operation)
+            #expect(entered.wait())
+            operation.addDependency(operation)
+            #expect(operation.dependencies.count == 1, "listed while it runs")
+            #expect(operation.isReady, "does not count once started")
+            release.open()
+            #expect(operation.waitUntilFinished(timeout: patience))
+            #expect(operation.dependencies.isEmpty, "dropped when it finished")
+
+            let done = BlockOperation {}
+            finished.object = done
+            done.start()
+            done.addDependency(done)
+            #expect(done.dependencies.isEmpty, "not listed after the finish")
+        }
+        #expect(queue.waitUntilAllOperationsAreFinished(timeout: patience))
+        #expect(waitUntil { executing.isReleased }, "an operation given itself as a dependency while executing was never released")
+        #expect(finished.isReleased, "a finished operation given itself as a dependency was never released")
     }
 
     @Test("an edge added after the queue took the operation is listed and does not count, and a duplicate is still refused")
