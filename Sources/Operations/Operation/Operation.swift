@@ -215,7 +215,10 @@ open class Operation: @unchecked Sendable {
     /// `super.isReady && myCondition`) and announce changes with
     /// `willChangeValue(forKey: "isReady")` / `didChangeValue(forKey: "isReady")`:
     /// a queue starts an operation when this getter returns true, as read
-    /// when it was last notified.
+    /// when it was last notified. A dependency that counts while the
+    /// operation waits in its queue makes the queue read the getter again,
+    /// and until it has, the queue does not start the operation on the
+    /// earlier reading.
     open var isReady: Bool { loadState().isBaseReady }
 
     /// Whether the operation runs asynchronously with respect to the thread
