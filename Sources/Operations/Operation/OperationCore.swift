@@ -171,8 +171,9 @@ extension Operation {
     final func takeStaleReadiness() -> Bool {
         guard loadState().isReadinessStale else { return false }
         return withStateLock { state in
-            defer { state.isReadinessStale = false }
-            return state.isReadinessStale
+            let wasStale = state.isReadinessStale
+            state.isReadinessStale = false
+            return wasStale
         }
     }
 

@@ -326,8 +326,7 @@ struct OperationState: Equatable, Sendable, CustomStringConvertible {
 
     /// Counts one more unfinished dependency. Returns whether it counts (the
     /// operation has not started, finished, or been taken by its queue to
-    /// start); the caller registers the
-    /// dependents edge exactly when it does.
+    /// start); the caller registers the dependents edge exactly when it does.
     mutating func addUnfinishedDependency() -> Bool {
         guard acceptsDependencies else { return false }
         raw &+= Self.dependencyUnit

@@ -201,3 +201,50 @@ struct DispatchClaimTests {
         #expect(operation.dependencies.isEmpty)
     }
 }
+
+@Suite("The claim's state bits")
+struct DispatchClaimStateTests {
+    @Test("a dispatched operation accepts no new dependency, but one counted before still counts")
+    func dispatchedAcceptsNoDependency() {
+        var state = OperationState()
+        let countedBefore = state.addUnfinishedDependency()
+        #expect(countedBefore)
+        state.isDispatched = true
+        #expect(!state.acceptsDependencies)
+        #expect(state.countsDependencies, "the edge counted before the claim still counts")
+        let countedAfter = state.addUnfinishedDependency()
+        #expect(!countedAfter)
+        #expect(state.unfinishedDependencies == 1)
+        _ = state.removeUnfinishedDependency()
+        #expect(state.unfinishedDependencies == 0)
+    }
+
+    @Test("clearing the dependencies drops both self-dependency marks; the stale mark is independent")
+    func clearingDropsSelfMarks() {
+        var state = OperationState()
+        state.hasSelfDependency = true
+        state.hasUncountedSelfDependency = true
+        state.isReadinessStale = true
+        state.clearDependencies()
+        #expect(!state.hasSelfDependency && !state.hasUncountedSelfDependency)
+        #expect(state.isReadinessStale)
+        state.isReadinessStale = false
+        #expect(state == OperationState())
+    }
+
+    @Test("the claim respects its condition and the stale mark")
+    func claimConditions() {
+        let waiting = BlockOperation {}
+        let dependency = BlockOperation {}
+        waiting.addDependency(dependency)
+        #expect(!waiting.claimForDispatch(.baseReadiness), "an unfinished dependency counts")
+        #expect(!waiting.loadState().isDispatched)
+        let stale = BlockOperation {}
+        stale.withStateLock { $0.isReadinessStale = true }
+        #expect(!stale.claimForDispatch(.freshReadiness))
+        #expect(stale.claimForDispatch(.baseReadiness), "the stale mark concerns only isReady overrides")
+        #expect(stale.loadState().isDispatched)
+        #expect(waiting.claimForDispatch(.none), "a cancelled operation's claim checks nothing")
+        dependency.start()
+    }
+}
