@@ -283,7 +283,7 @@ struct FinishPlan: ~Copyable {
     /// `isExecuting`/`isFinished` observers are told, so that a serial
     /// queue's next operation starts after them (Foundation's order); an
     /// observer that blocks in one of the library's waits frees it first
-    /// (`OperationQueue.releaseKeptSlots(of:)`).
+    /// (`OperationQueue.threadWillBlock(_:)`).
     consuming func run() {
         if details != nil || !dependents.isEmpty {
             var none: [Unmanaged<Operation>] = []

@@ -23,7 +23,7 @@ extension Operation {
         if snapshot.isFinished, context.isRunning(self) { return true }
         // From the observers of a finished operation: its queue slot, kept
         // for them, may be what this operation needs.
-        OperationQueue.releaseKeptSlots(of: context)
+        OperationQueue.threadWillBlock(context)
         // On the main thread, an operation of a main-thread queue can only
         // run if this thread runs it: do so while waiting.
         if context.isMainThread, let queue = owningQueueForAnalysis(), queue.runsOnMainThread {

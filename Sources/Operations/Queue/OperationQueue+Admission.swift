@@ -222,7 +222,7 @@ extension OperationQueue {
         lock.unlock()
         // From the observers of a finished operation: the queue slot it kept
         // for them may be needed to make room.
-        OperationQueue.releaseKeptSlots(of: ThreadContext.current)
+        OperationQueue.threadWillBlock(ThreadContext.current)
         let record = WaitRegistry.Record(running: ThreadContext.current.runningOperationsIncludingTask, target: .room(self))
         if let verdict = WaitRegistry.shared.begin(record) {
             lock.withLock { roomWaiters.removeAll { $0.key == key } }

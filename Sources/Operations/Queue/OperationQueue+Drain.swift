@@ -14,10 +14,15 @@
 // the queue's state, not by holding anything back: the finished operation
 // keeps its slot (`QueueState.unlink(_:retirementPending:keepingSlot:)`)
 // until the loop has told its observers, or until an observer blocks in one
-// of the library's waits (`OperationQueue.releaseKeptSlots(of:)`), whichever
+// of the library's waits (`OperationQueue.threadWillBlock(_:)`), whichever
 // comes first. So every request for another loop is posted at once, and the
 // other tails of a batch are handed to jobs of their own, before any user
 // code runs on the loop's thread.
+//
+// How many loops a queue runs at once is `DrainLoops`' decision: one, while
+// it keeps up with tiny operations, then as many as work allows. The loop
+// feeds that decision only while the watcher watches its queue: which
+// operation it returned from last, and a timing of one start in eight.
 
 extension OperationQueue: PoolJob {
     func runJob(on worker: Worker) {
@@ -51,6 +56,16 @@ extension OperationQueue {
         var owedRetirements = 0
         var startedInSlice = 0
         var sliceStart: UInt64 = 0
+        // What the loop tells the queue's loop policy (`DrainLoops`) while
+        // the watcher watches the queue (`watched`, read under the lock):
+        // which operation or tail it returned from last (`begun`, its number
+        // in the loops' progress, stored for the watcher without the lock),
+        // and its timings of one `start()` in eight. Nothing otherwise: a
+        // serial queue, or one whose loops are added freely, pays nothing.
+        var begun: UInt64 = 0
+        var watched = false
+        var untilTiming = 0
+        var slowTimings = 0
 
         lock.lock()
         state.drainerStarted()
@@ -98,6 +113,7 @@ extension OperationQueue {
             }
             if let next {
                 state.drainerBusy(true)
+                begun = state.loops.progress
                 let link = next._withUnsafeGuaranteedRef { $0.queueLink }
                 customStart = link.has(QueueLink.Flags.customStart)
                 emitLocked(.started(next.takeUnretainedValue()))
@@ -113,10 +129,12 @@ extension OperationQueue {
                 // loop counts as busy meanwhile, so that another loop takes
                 // the slot the finished operation frees.
                 state.drainerBusy(true)
+                begun = state.loops.progress
             } else {
                 state.drainerStopped()
             }
             var effects = takeEffectsLocked()
+            watched = state.loops.isWatched
             lock.unlock()
 
             // The list's references go first. Then, before any user code runs
@@ -178,6 +196,7 @@ extension OperationQueue {
             effects = QueueEffects()
             if userTail {
                 // Pick the next operation now that the tail has run.
+                if watched { drainReturns.store(begun, ordering: .relaxed) }
                 lock.lock()
                 state.drainerBusy(false)
                 continue
@@ -201,10 +220,20 @@ extension OperationQueue {
                     OperationInstrumentation.emit(.started, operation, queue: self)
                     for cancelled in cancelledBatch { OperationInstrumentation.emit(.started, cancelled, queue: self) }
                 }
-                primary = run(operation, customStart: customStart, readied: &readied)
+                if !watched {
+                    primary = run(operation, customStart: customStart, begun: nil, readied: &readied)
+                } else if untilTiming > 0 {
+                    untilTiming -= 1
+                    primary = run(operation, customStart: customStart, begun: begun, readied: &readied)
+                } else {
+                    untilTiming = 7
+                    var slow = false
+                    primary = run(operation, customStart: customStart, begun: begun, readied: &readied, slow: &slow)
+                    slowTimings = slow ? slowTimings + 1 : 0
+                }
             }
             for cancelled in cancelledBatch {
-                if let plan = run(cancelled, customStart: false, readied: &readied) { batch.append(plan) }
+                if let plan = run(cancelled, customStart: false, begun: watched ? begun : nil, readied: &readied) { batch.append(plan) }
             }
             cancelledBatch.empty()
             if isObserved, primary != nil || !batch.isEmpty { notifyWillChange(Self.contentKeys) }
@@ -212,6 +241,10 @@ extension OperationQueue {
             startedInSlice += 1
             lock.lock()
             state.drainerBusy(false)
+            if slowTimings >= DrainLoops.slowTimingsInARow {
+                slowTimings = 0
+                state.drainLoopIsSlow()
+            }
         }
         if owedRetirements > 0 {
             lock.lock()
@@ -241,9 +274,25 @@ extension OperationQueue {
     }
 
     /// Starts one dequeued operation; if it finished synchronously, releases
-    /// its dependents and returns its plan for the loop to retire.
-    private func run(_ operation: Operation, customStart: Bool, readied: inout [Unmanaged<Operation>]) -> FinishPlan? {
-        guard let plan = operation.startFromQueue(customStart: customStart) else { return nil }
+    /// its dependents and returns its plan for the loop to retire. Once its
+    /// `start()` has returned, stores `begun` (its number in the loops'
+    /// progress), if given, as the loops' last return, for the watcher.
+    private func run(_ operation: Operation, customStart: Bool, begun: UInt64?, readied: inout [Unmanaged<Operation>]) -> FinishPlan? {
+        let started = operation.startFromQueue(customStart: customStart)
+        if let begun { drainReturns.store(begun, ordering: .relaxed) }
+        guard let plan = started else { return nil }
+        plan.releaseDependents(collectingFor: self, into: &readied)
+        return plan
+    }
+
+    /// `run`, timing the operation's `start()`: `slow` tells whether it took
+    /// longer than `DrainLoops.slowOperationNanoseconds`.
+    private func run(_ operation: Operation, customStart: Bool, begun: UInt64, readied: inout [Unmanaged<Operation>], slow: inout Bool) -> FinishPlan? {
+        let begin = monotonicNanoseconds()
+        let started = operation.startFromQueue(customStart: customStart)
+        slow = monotonicNanoseconds() &- begin > DrainLoops.slowOperationNanoseconds
+        drainReturns.store(begun, ordering: .relaxed)
+        guard let plan = started else { return nil }
         plan.releaseDependents(collectingFor: self, into: &readied)
         return plan
     }
@@ -274,6 +323,33 @@ extension Array {
 }
 
 extension OperationQueue {
+    /// A drain loop of this queue is about to wait in one of the library's
+    /// waits: if the queue holds further loops back, it adds them freely
+    /// from now on, and posts one now if work waits.
+    final func drainLoopWillBlock() {
+        lock.lock()
+        guard state.drainLoopWillBlock() else {
+            lock.unlock()
+            return
+        }
+        let effects = takeEffectsLocked()
+        lock.unlock()
+        effects.perform(on: self)
+    }
+
+    /// The watcher's look at this queue's drain loops (see `LoopWatcher`
+    /// and `DrainLoops.watch`): posts a loop if the one running is stuck in
+    /// an operation. Returns whether the watcher keeps watching, and what
+    /// it saw.
+    final func watchDrainLoops(seen: DrainLoops.Mark, stuck: Bool = false) -> (keepsWatching: Bool, mark: DrainLoops.Mark) {
+        lock.lock()
+        let verdict = state.watchDrainLoops(seen: seen, returned: drainReturns.load(ordering: .relaxed), stuck: stuck)
+        let effects = verdict.keepsWatching ? QueueEffects() : takeEffectsLocked()
+        lock.unlock()
+        effects.perform(on: self)
+        return verdict
+    }
+
     /// Frees the slot that the finished `operation` kept while its
     /// observers are told (see `drain`), if it still holds it, and lets the
     /// queue start what the slot allows.
@@ -289,11 +365,17 @@ extension OperationQueue {
     }
 
     /// The calling thread is about to block in one of the library's waits.
-    /// If it is telling the observers of a finished operation that kept its
-    /// slot for them, the slot is freed first: the wait may be for work that
-    /// needs it, which would otherwise start only once the observers have
-    /// returned, that is, after this wait.
-    static func releaseKeptSlots(of context: ThreadContext) {
+    /// The wait may be for work that needs what this thread holds:
+    /// - if the thread runs a drain loop of a queue that holds further
+    ///   loops back (`DrainLoops`), the queue adds loops freely from now on;
+    /// - if it is telling the observers of a finished operation that kept
+    ///   its slot for them, the slot is freed, which would otherwise happen
+    ///   only once the observers have returned, that is, after this wait.
+    static func threadWillBlock(_ context: ThreadContext) {
+        if let queue = context.queueReference {
+            // The frame that set the reference (a drain loop) holds the queue.
+            queue._withUnsafeGuaranteedRef { $0.drainLoopWillBlock() }
+        }
         guard context.operationReference != nil else { return }
         for operation in context.runningOperations where operation.loadState().isFinished {
             operation.owningQueueForAnalysis()?.releaseKeptSlot(of: operation)

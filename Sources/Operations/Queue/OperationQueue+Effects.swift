@@ -9,6 +9,9 @@ import Dispatch
 struct QueueEffects {
     /// Where to start one more drain loop, if one was requested.
     var drainLoop: OperationQueue.DrainExecutor?
+    /// What the watcher compares (`DrainLoops.Mark`) when the queue held a
+    /// loop back and handed itself to the watcher (`LoopWatcher`), if it did.
+    var watchLoops: DrainLoops.Mark?
     /// Threads to wake and waiters to resume, if any.
     var wakeups: QueueWakeups?
     /// The queue's retain of itself, to release last.
@@ -26,6 +29,7 @@ struct QueueEffects {
     /// holds no reference of its own must not touch the queue afterwards.
     consuming func perform(on queue: OperationQueue) {
         if let drainLoop { queue.post(drainLoopTo: drainLoop) }
+        if let watchLoops { LoopWatcher.shared.watch(queue, mark: watchLoops) }
         if let wakeups { wakeups.wake() }
         selfRelease?.release()
     }
@@ -60,7 +64,11 @@ extension OperationQueue {
     /// held, after every change.
     final func takeEffectsLocked() -> QueueEffects {
         var effects = QueueEffects()
-        if state.takeDrainerRequest() { effects.drainLoop = drainExecutorLocked() }
+        switch state.takeDrainerRequest(mayHoldBack: kind == .pool && storedUnderlyingQueue == nil) {
+        case .none: break
+        case .post: effects.drainLoop = drainExecutorLocked()
+        case .watch: effects.watchLoops = DrainLoops.Mark(progress: state.loops.progress, returned: drainReturns.load(ordering: .relaxed))
+        }
         if TraceRecorder.isActive { sampleCountsLocked() }
         if state.isIdle {
             if !drainWaiters.isEmpty { effects.addingWakeups().resumptions = drainWaiters.takeAll() }

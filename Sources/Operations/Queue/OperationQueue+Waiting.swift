@@ -24,7 +24,7 @@ extension OperationQueue {
         unowned(unsafe) let context = ThreadContext.current
         // From the observers of a finished operation: the queue slot it kept
         // for them may be needed by the work waited for.
-        OperationQueue.releaseKeptSlots(of: context)
+        OperationQueue.threadWillBlock(context)
         if runsOnMainThread, context.isMainThread {
             return runOnCallingThread(until: { [unowned self] in self.lock.withLock { self.state.isIdle } }, deadline: deadline)
         }

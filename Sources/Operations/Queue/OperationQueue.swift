@@ -88,6 +88,10 @@ open class OperationQueue: @unchecked Sendable {
     @exclusivity(unchecked) final var nextEventSinkID = 0
     /// Whether `eventSinks` is non-empty (read without the lock).
     final let hasEventSinks = Atomic<Bool>(false)
+    /// The number, in the drain loops' progress (`DrainLoops.progress`),
+    /// of the operation or tail a loop returned from last: stored by the
+    /// loops without the lock, read by the watcher (`DrainLoops.watch`).
+    final let drainReturns = Atomic<UInt64>(0)
 
     /// The value of ``maxConcurrentOperationCount`` that lets the system
     /// choose: -1, as in Foundation.

@@ -94,12 +94,8 @@ struct QueueState {
     private var readinessEpochs: [ObjectIdentifier: UInt64] = [:]
     private var nextReadinessEpoch: UInt64 = 0
 
-    /// Drain loops requested from the executor but not yet running (0 or 1).
-    private(set) var pendingDrainers = 0
-    /// Drain loops running.
-    private(set) var runningDrainers = 0
-    /// Running drain loops that are inside an operation's `start()`.
-    private(set) var busyDrainers = 0
+    /// The drain loops: requested, running, busy, held back (`DrainLoops`).
+    private(set) var loops = DrainLoops()
 
     /// Finished operations removed from the list whose observers, completion
     /// block and waiters have not all run yet.
@@ -391,43 +387,42 @@ struct QueueState {
         return (cancelled > 0 ? 1 : 0) + min(readyCount - cancelled, slots)
     }
 
-    /// Whether one more drain loop should be requested: admissible work
-    /// exceeds the running loops that are between operations, and none is
-    /// already requested. At most one request is outstanding at a time; each
-    /// loop that starts running asks again if work remains, so the number of
-    /// loops follows what the executor actually runs (blocked operations
-    /// included) without a fixed ceiling.
-    mutating func takeDrainerRequest() -> Bool {
-        guard pendingDrainers == 0, admissibleCount > runningDrainers - busyDrainers else { return false }
-        pendingDrainers = 1
-        return true
+    /// Whether one more drain loop should be requested (`.post`), held back
+    /// and watched (`.watch`), or neither: see `DrainLoops.request`.
+    /// `mayHoldBack`: the queue runs on the shared pool.
+    mutating func takeDrainerRequest(mayHoldBack: Bool) -> DrainLoops.Request {
+        loops.request(admissible: admissibleCount, mayHoldBack: mayHoldBack)
     }
 
     /// A requested drain loop starts running.
-    mutating func drainerStarted() {
-        pendingDrainers = 0
-        runningDrainers += 1
-    }
+    mutating func drainerStarted() { loops.started() }
 
     /// A drain loop stops.
-    mutating func drainerStopped() {
-        runningDrainers -= 1
-    }
+    mutating func drainerStopped() { loops.stopped() }
 
     /// A drain loop enters (true) or leaves (false) an operation's `start()`.
-    mutating func drainerBusy(_ busy: Bool) {
-        busyDrainers += busy ? 1 : -1
-    }
+    mutating func drainerBusy(_ busy: Bool) { loops.setBusy(busy) }
 
     /// A requested drain loop could not be delivered (its executor refused it).
-    mutating func drainerRequestDropped() {
-        pendingDrainers = 0
+    mutating func drainerRequestDropped() { loops.requestDropped() }
+
+    /// A drain loop of this queue is about to wait in one of the library's
+    /// waits: see `DrainLoops.loopWillBlock`.
+    mutating func drainLoopWillBlock() -> Bool { loops.loopWillBlock() }
+
+    /// A drain loop timed operations that are not tiny: see
+    /// `DrainLoops.loopIsSlow`.
+    mutating func drainLoopIsSlow() { loops.loopIsSlow() }
+
+    /// The watcher's look at the queue's loops: see `DrainLoops.watch`.
+    mutating func watchDrainLoops(seen: DrainLoops.Mark, returned: UInt64, stuck: Bool) -> (keepsWatching: Bool, mark: DrainLoops.Mark) {
+        loops.watch(seen: seen, returned: returned, admissible: admissibleCount, stuck: stuck)
     }
 
     /// Whether the queue holds operations but none can start without outside
     /// help: nothing dispatched, nothing ready, not suspended.
     var isStalled: Bool {
-        count > 0 && usedSlots == 0 && readyCount == 0 && busyDrainers == 0 && !isSuspended
+        count > 0 && usedSlots == 0 && readyCount == 0 && loops.busy == 0 && !isSuspended
     }
 
     /// Whether `added` more operations fit under the pending limit. An empty
@@ -653,7 +648,7 @@ struct QueueState {
             if segment.gate == nil, segment.held.count > 0 { return "ungated segment \(offset) holds operations" }
         }
         if readinessEpochs.count > count { return "readiness epochs kept for unlinked operations" }
-        if executing < 0 || keptSlots < 0 || retiring < 0 || busyDrainers < 0 || runningDrainers < busyDrainers || pendingDrainers > 1 {
+        if executing < 0 || keptSlots < 0 || retiring < 0 || !loops.isConsistent {
             return "negative or impossible counters"
         }
         return nil

@@ -1,0 +1,139 @@
+#if canImport(Glibc)
+import Glibc
+#elseif canImport(Musl)
+import Musl
+#elseif canImport(Darwin)
+import Darwin
+#endif
+
+/// The thread that notices when a queue's one drain loop stops keeping up
+/// (see `DrainLoops`): it sleeps, without a deadline, while no queue holds
+/// a loop back. While some do, it looks at each of them every tick: 100 µs
+/// after a queue arrives or after a look that added loops, then twice as
+/// long after each round in which every watched loop kept up, up to
+/// 1.6 ms. A look takes the queue's lock once, and runs no user code.
+final class LoopWatcher: @unchecked Sendable {
+    // @unchecked Sendable: `arrivals`, `isSleeping`, `hasThread` and
+    // `isThreadless` are guarded by `lock`; `watched` belongs to the
+    // watcher's thread alone.
+
+    static let shared = LoopWatcher()
+
+    /// The first tick, and the tick after a look that added loops.
+    static let shortestTick: UInt64 = 100_000
+    /// The longest tick, reached while every watched loop keeps up.
+    static let longestTick: UInt64 = 1_600_000
+
+    private struct Entry {
+        /// Weak: a watched queue that its owner drops (it is idle by then)
+        /// goes away; the watcher then forgets it.
+        weak var queue: OperationQueue?
+        /// What the last look saw.
+        var mark: DrainLoops.Mark
+    }
+
+    private let lock = PlatformLock()
+    private var arrivals: [Entry] = []
+    private var isSleeping = false
+    private var hasThread = false
+    /// The thread could not be started: nothing is watched, and every
+    /// queue that holds a loop back is told at once to add loops freely.
+    private var isThreadless = false
+    private let signal = WaitSignal()
+    private var watched: [Entry] = []
+
+    private init() {}
+
+    /// Starts watching `queue`, which holds a loop back; `mark` is what it
+    /// was when it did.
+    func watch(_ queue: OperationQueue, mark: DrainLoops.Mark) {
+        let entry = Entry(queue: queue, mark: mark)
+        var startsThread = false
+        var wakes = false
+        let threadless = lock.withLock { () -> Bool in
+            if isThreadless { return true }
+            arrivals.append(entry)
+            if !hasThread {
+                hasThread = true
+                startsThread = true
+            } else if isSleeping {
+                isSleeping = false
+                wakes = true
+            }
+            return false
+        }
+        if threadless {
+            // As if the loop had been seen stuck.
+            _ = queue.watchDrainLoops(seen: mark, stuck: true)
+            return
+        }
+        if startsThread { startThread() }
+        if wakes { signal.signal() }
+    }
+
+    private func startThread() {
+        let box = Unmanaged.passRetained(self).toOpaque()
+        var thread = pthread_t()
+        var attributes = pthread_attr_t()
+        pthread_attr_init(&attributes)
+        pthread_attr_setdetachstate(&attributes, Int32(PTHREAD_CREATE_DETACHED))
+        let status = pthread_create(&thread, &attributes, { argument in
+            let watcher = Unmanaged<LoopWatcher>.fromOpaque(argument!).takeRetainedValue()
+            Platform.setCurrentThreadName("ops.loops")
+            watcher.run()
+            return nil
+        }, box)
+        pthread_attr_destroy(&attributes)
+        guard status != 0 else { return }
+        Unmanaged<LoopWatcher>.fromOpaque(box).release()
+        let message = "Operations: could not start the drain-loop watcher thread (pthread_create returned \(status)); queues run as many drain loops as work allows.\n"
+        _ = message.withCString { write(2, $0, strlen($0)) }
+        let stranded = lock.withLock { () -> [Entry] in
+            isThreadless = true
+            defer { arrivals.removeAll() }
+            return arrivals
+        }
+        for entry in stranded {
+            _ = entry.queue?.watchDrainLoops(seen: entry.mark, stuck: true)
+        }
+    }
+
+    private func run() {
+        var tick = Self.shortestTick
+        while true {
+            lock.lock()
+            if !arrivals.isEmpty {
+                watched += arrivals
+                arrivals.removeAll()
+                tick = Self.shortestTick
+            }
+            if watched.isEmpty {
+                isSleeping = true
+                lock.unlock()
+                signal.wait()
+                continue
+            }
+            lock.unlock()
+            _ = signal.wait(deadline: Deadline(nanosecondsFromNow: tick))
+            var everyLoopKeptUp = true
+            var index = 0
+            while index < watched.count {
+                guard let queue = watched[index].queue else {
+                    watched.swapAt(index, watched.count - 1)
+                    watched.removeLast()
+                    continue
+                }
+                let verdict = queue.watchDrainLoops(seen: watched[index].mark)
+                if verdict.keepsWatching {
+                    watched[index].mark = verdict.mark
+                    index += 1
+                } else {
+                    everyLoopKeptUp = false
+                    watched.swapAt(index, watched.count - 1)
+                    watched.removeLast()
+                }
+            }
+            tick = everyLoopKeptUp ? min(tick &* 2, Self.longestTick) : Self.shortestTick
+        }
+    }
+}
