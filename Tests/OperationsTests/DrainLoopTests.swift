@@ -109,6 +109,18 @@ struct DrainLoopPolicyTests {
         #expect(slow.request(admissible: 2, mayHoldBack: true) == .post)
     }
 
+    @Test("the watcher's thread ends after a while with nothing to watch, and the next hand-over starts another")
+    func watcherThreadEnds() {
+        let watcher = LoopWatcher(idleExitNanoseconds: 20_000_000)
+        let queue = makeQueue("drain.watcher")
+        for _ in 0..<2 {
+            // The queue holds nothing back: the first look lets it go.
+            watcher.watch(queue, mark: DrainLoops.Mark(progress: 0, returned: 0))
+            #expect(watcher.hasRunningThread)
+            #expect(waitUntil { !watcher.hasRunningThread })
+        }
+    }
+
     @Test("no loop is requested while one is pending, or when the loops between operations can take the work")
     func noRequest() {
         var loops = DrainLoops()

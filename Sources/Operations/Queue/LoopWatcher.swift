@@ -7,11 +7,12 @@ import Darwin
 #endif
 
 /// The thread that notices when a queue's one drain loop stops keeping up
-/// (see `DrainLoops`): it sleeps, without a deadline, while no queue holds
-/// a loop back. While some do, it looks at each of them every tick: 100 µs
-/// after a queue arrives or after a look that added loops, then twice as
-/// long after each round in which every watched loop kept up, up to
-/// 1.6 ms. A look takes the queue's lock once, and runs no user code.
+/// (see `DrainLoops`). While queues hold a loop back, it looks at each of
+/// them every tick: 100 µs after a queue arrives or after a look that added
+/// loops, then twice as long after each round in which every watched loop
+/// kept up, up to 1.6 ms. A look takes the queue's lock once, and runs no
+/// user code. With nothing to watch it sleeps, and after 2 s of that its
+/// thread ends; the next queue that holds a loop back starts another.
 final class LoopWatcher: @unchecked Sendable {
     // @unchecked Sendable: `arrivals`, `isSleeping`, `hasThread` and
     // `isThreadless` are guarded by `lock`; `watched` belongs to the
@@ -23,6 +24,8 @@ final class LoopWatcher: @unchecked Sendable {
     static let shortestTick: UInt64 = 100_000
     /// The longest tick, reached while every watched loop keeps up.
     static let longestTick: UInt64 = 1_600_000
+    /// How long the thread waits for a queue to watch before it ends.
+    let idleExitNanoseconds: UInt64
 
     private struct Entry {
         /// Weak: a watched queue that its owner drops (it is idle by then)
@@ -42,7 +45,14 @@ final class LoopWatcher: @unchecked Sendable {
     private let signal = WaitSignal()
     private var watched: [Entry] = []
 
-    private init() {}
+    /// A watcher whose thread ends after `idleExitNanoseconds` with nothing
+    /// to watch (2 s for the shared one; tests use their own).
+    init(idleExitNanoseconds: UInt64 = 2_000_000_000) {
+        self.idleExitNanoseconds = idleExitNanoseconds
+    }
+
+    /// For tests: whether the watcher's thread runs.
+    var hasRunningThread: Bool { lock.withLock { hasThread } }
 
     /// Starts watching `queue`, which holds a loop back; `mark` is what it
     /// was when it did.
@@ -110,7 +120,18 @@ final class LoopWatcher: @unchecked Sendable {
             if watched.isEmpty {
                 isSleeping = true
                 lock.unlock()
-                signal.wait()
+                if signal.wait(deadline: Deadline(nanosecondsFromNow: idleExitNanoseconds)) { continue }
+                lock.lock()
+                // Nobody handed it a queue meanwhile (a producer that did
+                // cleared `isSleeping` and signals): the thread ends, and
+                // the next hand-over starts another.
+                if isSleeping, arrivals.isEmpty {
+                    isSleeping = false
+                    hasThread = false
+                    lock.unlock()
+                    return
+                }
+                lock.unlock()
                 continue
             }
             lock.unlock()
