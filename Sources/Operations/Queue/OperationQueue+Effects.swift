@@ -9,9 +9,6 @@ import Dispatch
 struct QueueEffects {
     /// Where to start one more drain loop, if one was requested.
     var drainLoop: OperationQueue.DrainExecutor?
-    /// What the watcher compares (`DrainLoops.Mark`) when the queue held a
-    /// loop back and handed itself to the watcher (`LoopWatcher`), if it did.
-    var watchLoops: DrainLoops.Mark?
     /// Threads to wake and waiters to resume, if any.
     var wakeups: QueueWakeups?
     /// The queue's retain of itself, to release last.
@@ -29,7 +26,6 @@ struct QueueEffects {
     /// holds no reference of its own must not touch the queue afterwards.
     consuming func perform(on queue: OperationQueue) {
         if let drainLoop { queue.post(drainLoopTo: drainLoop) }
-        if let watchLoops { LoopWatcher.shared.watch(queue, mark: watchLoops) }
         if let wakeups { wakeups.wake() }
         selfRelease?.release()
     }
@@ -58,6 +54,11 @@ extension OperationQueue {
         /// hot path of every add and every drain step.
         case dispatch(AnyObject)
         case mainThread
+        /// No loop now: one is held back, and the queue is handed to the
+        /// watcher (`LoopWatcher`), with its loops' progress then. (A case
+        /// here rather than a field of `QueueEffects`: one more field makes
+        /// every copy and destroy of the effects out of line.)
+        case watch(progress: UInt64)
     }
 
     /// Collects the effects of the state's latest changes. Call with `lock`
@@ -67,7 +68,7 @@ extension OperationQueue {
         switch state.takeDrainerRequest(mayHoldBack: kind == .pool && storedUnderlyingQueue == nil) {
         case .none: break
         case .post: effects.drainLoop = drainExecutorLocked()
-        case .watch: effects.watchLoops = DrainLoops.Mark(progress: state.loops.progress, returned: drainReturns.load(ordering: .relaxed))
+        case .watch: effects.drainLoop = .watch(progress: state.loops.progress)
         }
         if TraceRecorder.isActive { sampleCountsLocked() }
         if state.isIdle {
@@ -128,12 +129,15 @@ extension OperationQueue {
         }
     }
 
-    /// Starts one drain loop on `executor`.
+    /// Starts one drain loop on `executor` (or, for `.watch`, hands the
+    /// queue to the watcher).
     final func post(drainLoopTo executor: DrainExecutor) {
         switch executor {
         case .mainThread: DispatchQueue.main.async { self.drain(worker: nil) }
         case .dispatch(let queue): unsafeDowncast(queue, to: DispatchQueue.self).async { self.drain(worker: nil) }
         case .pool(let qos): WorkerPool.shared.submit(self, qos: qos)
+        case .watch(let progress):
+            LoopWatcher.shared.watch(self, mark: DrainLoops.Mark(progress: progress, returned: drainReturns.load(ordering: .relaxed)))
         }
     }
 
