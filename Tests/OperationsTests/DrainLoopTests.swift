@@ -72,6 +72,14 @@ struct DrainLoopPolicyTests {
         #expect(!loops.addsFreely)
     }
 
+    @Test("a look too soon after the last one only records what it sees")
+    func tooSoon() {
+        var loops = oneLoopInsideAnOperation()
+        let verdict = loops.watch(seen: nil, returned: loops.progress &- 1, admissible: 2, stuck: false)
+        #expect(verdict.keepsWatching && !loops.addsFreely)
+        #expect(verdict.mark.progress == loops.progress)
+    }
+
     @Test("the watcher lets go when no loop is held back, and the next hold-back hands the queue over again")
     func letsGo() {
         var loops = oneLoopInsideAnOperation()
@@ -213,6 +221,19 @@ struct DrainLoopBehaviourTests {
         }
         #expect(queue.waitUntilAllOperationsAreFinished(timeout: patience * 2))
         #expect(allArrived.count == 8)
+    }
+
+    @Test("a queue the watcher watched is released once its work is done and its owner lets go")
+    func watchedQueueIsReleased() {
+        weak var released: OperationQueue?
+        do {
+            let queue = makeQueue("drain.released")
+            released = queue
+            for _ in 0..<20 {
+                queue.addOperations((0..<500).map { _ in BlockOperation {} }, waitUntilFinished: true)
+            }
+        }
+        #expect(waitUntil { released == nil })
     }
 
     @Test("operations that run long use more than one thread on a default-width queue")

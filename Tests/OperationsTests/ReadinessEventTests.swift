@@ -171,7 +171,7 @@ struct ReadinessEventTests {
         // The common pattern: an asynchronous operation finishes when it is
         // cancelled. The observer runs before `cancel()` returns.
         let token = operation.observe(key: "isCancelled", options: [.new]) { observed, _ in
-            (observed as? ManualConcurrentOperation)?.finish()
+            observed.finish()
         }
         queue.addOperation(operation)
         #expect(operation.started.wait())

@@ -134,7 +134,8 @@ struct DrainLoops {
     }
 
     /// The watcher's look at the queue, a tick after the one that saw
-    /// `seen`, given the work the loops could start now (`admissible`) and
+    /// `seen` (nil: too soon after it to judge; the look only records),
+    /// given the work the loops could start now (`admissible`) and
     /// the last return now. If a loop is held back while the operation (or
     /// tail) begun last has not returned, and nothing began since the last
     /// look, that operation has run for at least a tick: loops are added
@@ -142,13 +143,13 @@ struct DrainLoops {
     /// watcher thread). A loop that returned and waits for the queue's lock
     /// is not stuck. Returns whether the watcher keeps watching (a loop is
     /// still held back), and what it saw.
-    mutating func watch(seen: Mark, returned: UInt64, admissible: Int, stuck: Bool) -> (keepsWatching: Bool, mark: Mark) {
+    mutating func watch(seen: Mark?, returned: UInt64, admissible: Int, stuck: Bool) -> (keepsWatching: Bool, mark: Mark) {
         let mark = Mark(progress: progress, returned: returned)
         guard running > 0, !addsFreely, pending == 0, admissible > running - busy else {
             isWatched = false
             return (false, mark)
         }
-        if stuck || (busy > 0 && mark.progress == seen.progress && mark.returned != mark.progress) {
+        if stuck || (busy > 0 && mark.progress == seen?.progress && mark.returned != mark.progress) {
             addsFreely = true
             isWatched = false
             return (false, mark)

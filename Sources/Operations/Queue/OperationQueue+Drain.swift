@@ -201,7 +201,12 @@ extension OperationQueue {
                 state.drainerBusy(false)
                 continue
             }
-            guard let next else { break }
+            guard let next else {
+                // The watcher can let the queue go now rather than at the
+                // end of its tick.
+                if watched { LoopWatcher.shared.nudge() }
+                break
+            }
             if startedInSlice == 0 { sliceStart = pool.hasWaitingJobs ? monotonicNanoseconds() : 0 }
             do {
                 // The loop's own reference while the operation starts: it may
@@ -341,7 +346,7 @@ extension OperationQueue {
     /// and `DrainLoops.watch`): posts a loop if the one running is stuck in
     /// an operation. Returns whether the watcher keeps watching, and what
     /// it saw.
-    final func watchDrainLoops(seen: DrainLoops.Mark, stuck: Bool = false) -> (keepsWatching: Bool, mark: DrainLoops.Mark) {
+    final func watchDrainLoops(seen: DrainLoops.Mark?, stuck: Bool = false) -> (keepsWatching: Bool, mark: DrainLoops.Mark) {
         lock.lock()
         let verdict = state.watchDrainLoops(seen: seen, returned: drainReturns.load(ordering: .relaxed), stuck: stuck)
         let effects = verdict.keepsWatching ? QueueEffects() : takeEffectsLocked()

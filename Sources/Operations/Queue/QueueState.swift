@@ -415,7 +415,7 @@ struct QueueState {
     mutating func drainLoopIsSlow() { loops.loopIsSlow() }
 
     /// The watcher's look at the queue's loops: see `DrainLoops.watch`.
-    mutating func watchDrainLoops(seen: DrainLoops.Mark, returned: UInt64, stuck: Bool) -> (keepsWatching: Bool, mark: DrainLoops.Mark) {
+    mutating func watchDrainLoops(seen: DrainLoops.Mark?, returned: UInt64, stuck: Bool) -> (keepsWatching: Bool, mark: DrainLoops.Mark) {
         loops.watch(seen: seen, returned: returned, admissible: admissibleCount, stuck: stuck)
     }
 
