@@ -10,8 +10,10 @@
 //
 // - the loop waits in one of the library's waits (`waitUntilFinished`,
 //   waiting for a queue, for room): at once (`OperationQueue.drainLoopWillBlock`);
-// - the operations are not tiny: the loop times one operation's `start()`
-//   in eight, and four timings in a row of more than 750 ns are enough;
+// - the operations are not tiny: the loop times one step in eight (an
+//   operation's `start()` and the release of its dependents, or a batch of
+//   cancelled operations), and four timings in a row of more than 750 ns
+//   are enough;
 // - an operation (or a finished operation's observers and completion
 //   block) does not return: it sleeps, blocks on a lock or a semaphore, or
 //   runs long. The watcher (`LoopWatcher`) notices when a loop is inside
@@ -43,9 +45,12 @@ struct DrainLoops {
     /// Whether the watcher holds this queue.
     private(set) var isWatched = false
 
-    /// A loop that times `slowTimingsInARow` operations in a row whose
-    /// `start()` took longer than this no longer keeps the queue to itself.
-    static let slowOperationNanoseconds: UInt64 = 750
+    /// A loop that times `slowTimingsInARow` steps in a row that took longer
+    /// than this outside the queue's lock no longer keeps the queue to
+    /// itself. A step is one operation's `start()` and the release of its
+    /// dependents, or a batch of up to 64 cancelled operations: the work a
+    /// second loop could overlap, against the cost of sharing the lock.
+    static let slowStepNanoseconds: UInt64 = 750
     /// Four: one timing in a hundred or so of even the tiniest operations
     /// is much longer than the rest (a page fault, an interrupt, a
     /// preemption), and they come alone.
@@ -117,7 +122,7 @@ struct DrainLoops {
         return true
     }
 
-    /// A loop timed operations that were not tiny (see the file's header):
+    /// A loop timed steps that were not tiny (see the file's header):
     /// loops are added freely from now on.
     mutating func loopIsSlow() {
         guard running > 0 else { return }

@@ -22,7 +22,7 @@
 // How many loops a queue runs at once is `DrainLoops`' decision: one, while
 // it keeps up with tiny operations, then as many as work allows. The loop
 // feeds that decision only while the watcher watches its queue: which
-// operation it returned from last, and a timing of one start in eight.
+// operation it returned from last, and a timing of one step in eight.
 
 extension OperationQueue: PoolJob {
     func runJob(on worker: Worker) {
@@ -60,11 +60,13 @@ extension OperationQueue {
         // the watcher watches the queue (`watched`, read under the lock):
         // which operation or tail it returned from last (`begun`, its number
         // in the loops' progress, stored for the watcher without the lock),
-        // and its timings of one `start()` in eight. Nothing otherwise: a
+        // and its timings of one step in eight (the work between releasing
+        // the lock and taking it again). Nothing otherwise: a
         // serial queue, or one whose loops are added freely, pays nothing.
         var begun: UInt64 = 0
         var watched = false
         var untilTiming = 0
+        var timedFrom: UInt64 = 0
         var slowTimings = 0
 
         lock.lock()
@@ -225,22 +227,27 @@ extension OperationQueue {
                     OperationInstrumentation.emit(.started, operation, queue: self)
                     for cancelled in cancelledBatch { OperationInstrumentation.emit(.started, cancelled, queue: self) }
                 }
-                if !watched {
-                    primary = run(operation, customStart: customStart, begun: nil, readied: &readied)
-                } else if untilTiming > 0 {
-                    untilTiming -= 1
-                    primary = run(operation, customStart: customStart, begun: begun, readied: &readied)
-                } else {
-                    untilTiming = 7
-                    var slow = false
-                    primary = run(operation, customStart: customStart, begun: begun, readied: &readied, slow: &slow)
-                    slowTimings = slow ? slowTimings + 1 : 0
+                if watched {
+                    if untilTiming > 0 {
+                        untilTiming -= 1
+                    } else {
+                        untilTiming = 7
+                        timedFrom = monotonicNanoseconds()
+                    }
                 }
+                primary = run(operation, customStart: customStart, begun: watched ? begun : nil, readied: &readied)
             }
             for cancelled in cancelledBatch {
                 if let plan = run(cancelled, customStart: false, begun: watched ? begun : nil, readied: &readied) { batch.append(plan) }
             }
             cancelledBatch.empty()
+            if timedFrom != 0 {
+                // What a second loop could overlap: this step's work outside
+                // the lock (one operation, or a batch of cancelled ones).
+                let slow = monotonicNanoseconds() &- timedFrom > DrainLoops.slowStepNanoseconds
+                slowTimings = slow ? slowTimings + 1 : 0
+                timedFrom = 0
+            }
             if isObserved, primary != nil || !batch.isEmpty { notifyWillChange(Self.contentKeys) }
             worker?.recordProgress()
             startedInSlice += 1
@@ -285,18 +292,6 @@ extension OperationQueue {
     private func run(_ operation: Operation, customStart: Bool, begun: UInt64?, readied: inout [Unmanaged<Operation>]) -> FinishPlan? {
         let started = operation.startFromQueue(customStart: customStart)
         if let begun { drainReturns.store(begun, ordering: .relaxed) }
-        guard let plan = started else { return nil }
-        plan.releaseDependents(collectingFor: self, into: &readied)
-        return plan
-    }
-
-    /// `run`, timing the operation's `start()`: `slow` tells whether it took
-    /// longer than `DrainLoops.slowOperationNanoseconds`.
-    private func run(_ operation: Operation, customStart: Bool, begun: UInt64, readied: inout [Unmanaged<Operation>], slow: inout Bool) -> FinishPlan? {
-        let begin = monotonicNanoseconds()
-        let started = operation.startFromQueue(customStart: customStart)
-        slow = monotonicNanoseconds() &- begin > DrainLoops.slowOperationNanoseconds
-        drainReturns.store(begun, ordering: .relaxed)
         guard let plan = started else { return nil }
         plan.releaseDependents(collectingFor: self, into: &readied)
         return plan
