@@ -12,13 +12,14 @@
 //   waiting for a queue, for room): at once (`OperationQueue.drainLoopWillBlock`);
 // - the operations are not tiny: the loop times one step in eight (an
 //   operation's `start()` and the release of its dependents, or a batch of
-//   cancelled operations), and four timings in a row of more than 750 ns
+//   cancelled operations), and four timings in a row of more than 400 ns
 //   are enough;
 // - an operation (or a finished operation's observers and completion
 //   block) does not return: it sleeps, blocks on a lock or a semaphore, or
 //   runs long. The watcher (`LoopWatcher`) notices when a loop is inside
-//   the same operation at two of its looks, a tick apart: 100 µs at first,
-//   up to 1.6 ms while the loops keep returning.
+//   the same operation at two of its looks, a tick apart: 50 µs at first,
+//   up to 200 µs while the loops keep returning (plus the system's timer
+//   slack), so within 0.1–0.5 ms of the operation's start.
 //
 // From then until the queue has no loop running, it adds loops as before:
 // one whenever ready work exceeds the loops that are between operations.
@@ -50,7 +51,7 @@ struct DrainLoops {
     /// itself. A step is one operation's `start()` and the release of its
     /// dependents, or a batch of up to 64 cancelled operations: the work a
     /// second loop could overlap, against the cost of sharing the lock.
-    static let slowStepNanoseconds: UInt64 = 750
+    static let slowStepNanoseconds: UInt64 = 400
     /// Four: one timing in a hundred or so of even the tiniest operations
     /// is much longer than the rest (a page fault, an interrupt, a
     /// preemption), and they come alone.

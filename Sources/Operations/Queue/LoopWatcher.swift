@@ -8,9 +8,9 @@ import Darwin
 
 /// The thread that notices when a queue's one drain loop stops keeping up
 /// (see `DrainLoops`). While queues hold a loop back, it looks at each of
-/// them every tick: 100 µs after a queue arrives or after a look that added
+/// them every tick: 50 µs after a queue arrives or after a look that added
 /// loops, then twice as long after each round in which every watched loop
-/// kept up, up to 1.6 ms. A look takes the queue's lock once, and runs no
+/// kept up, up to 200 µs. A look takes the queue's lock once, and runs no
 /// user code. With nothing to watch it sleeps, and after 2 s of that its
 /// thread ends; the next queue that holds a loop back starts another.
 final class LoopWatcher: @unchecked Sendable {
@@ -21,9 +21,9 @@ final class LoopWatcher: @unchecked Sendable {
     static let shared = LoopWatcher()
 
     /// The first tick, and the tick after a look that added loops.
-    static let shortestTick: UInt64 = 100_000
+    static let shortestTick: UInt64 = 50_000
     /// The longest tick, reached while every watched loop keeps up.
-    static let longestTick: UInt64 = 1_600_000
+    static let longestTick: UInt64 = 200_000
     /// How long the thread waits for a queue to watch before it ends.
     let idleExitNanoseconds: UInt64
 

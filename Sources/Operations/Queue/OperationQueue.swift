@@ -209,8 +209,8 @@ open class OperationQueue: @unchecked Sendable {
     /// It starts them on more threads, up to this bound, as soon as one
     /// takes longer: at once when the thread waits in one of this module's
     /// waits (such as ``Operation/waitUntilFinished()``), after a few
-    /// operations that each run longer than about 0.75 µs, and otherwise
-    /// within 0.1–1.6 ms of an operation starting to block, sleep or spin
+    /// operations that each run longer than about 0.4 µs, and otherwise
+    /// within 0.1–0.5 ms of an operation starting to block, sleep or spin
     /// (a watcher thread notices it).
     open var maxConcurrentOperationCount: Int {
         get { lock.withLock { state.width } }
