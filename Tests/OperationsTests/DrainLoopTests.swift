@@ -9,6 +9,11 @@ import Dispatch
 import Synchronization
 import Testing
 @testable import Operations
+#if canImport(Glibc)
+import Glibc
+#elseif canImport(Musl)
+import Musl
+#endif
 
 @Suite("Drain loops: the policy")
 struct DrainLoopPolicyTests {
@@ -221,6 +226,64 @@ struct DrainLoopBehaviourTests {
         }
         #expect(queue.waitUntilAllOperationsAreFinished(timeout: patience * 2))
         #expect(allArrived.count == 8)
+    }
+
+    @Test("an isReady observer that blocks, on the loop's thread, until a later operation runs does not hold it up (regression: probe 15)")
+    func blockingReadinessObserver() {
+        for _ in 0..<5 {
+            let queue = makeQueue("drain.readiness", width: 2)
+            let later = DispatchSemaphore(value: 0)
+            let waited = Flag()
+            let first = BlockOperation {}
+            let dependent = BlockOperation {}
+            dependent.addDependency(first)
+            let token = dependent.observe(\.isReady, options: [.new]) { _, change in
+                guard change.newValue == true else { return }
+                waited.set(later.wait(timeout: patience.dispatchTimeout) == .success)
+            }
+            queue.addOperations([first, dependent, BlockOperation { later.signal() }], waitUntilFinished: false)
+            #expect(queue.waitUntilAllOperationsAreFinished(timeout: patience * 2))
+            #expect(waited.isSet)
+            withExtendedLifetime(token) {}
+        }
+    }
+
+    @Test("a queue's .prior observer that blocks, on the loop's thread, until a later operation runs does not hold it up (regression: probe 15)")
+    func blockingPriorQueueObserver() {
+        for _ in 0..<5 {
+            let queue = makeQueue("drain.prior", width: 2)
+            let later = DispatchSemaphore(value: 0)
+            let waited = Flag()
+            // The thread that ran `first`: the observer blocks only there,
+            // when told that `first` is about to leave the queue.
+            let loopThread = Box<ThreadID?>(nil)
+            let first = BlockOperation { loopThread.value = currentThreadID() }
+            let token = queue.observe(\.operationCount, options: [.prior]) { _, change in
+                guard change.isPrior, let thread = loopThread.value, pthread_equal(thread, currentThreadID()) != 0 else { return }
+                loopThread.value = nil
+                waited.set(later.wait(timeout: patience.dispatchTimeout) == .success)
+            }
+            queue.addOperations([first, BlockOperation { later.signal() }], waitUntilFinished: false)
+            #expect(queue.waitUntilAllOperationsAreFinished(timeout: patience * 2))
+            #expect(waited.isSet)
+            withExtendedLifetime(token) {}
+        }
+    }
+
+    @Test("a completion block that blocks until its own dependent runs does not hold it up (regression: probe 15)")
+    func completionBlockWaitsForDependent() {
+        for _ in 0..<5 {
+            let queue = makeQueue("drain.dependent", width: 2)
+            let later = DispatchSemaphore(value: 0)
+            let waited = Flag()
+            let first = BlockOperation {}
+            let dependent = BlockOperation { later.signal() }
+            dependent.addDependency(first)
+            first.completionBlock = { waited.set(later.wait(timeout: patience.dispatchTimeout) == .success) }
+            queue.addOperations([first, dependent], waitUntilFinished: false)
+            #expect(queue.waitUntilAllOperationsAreFinished(timeout: patience * 2))
+            #expect(waited.isSet)
+        }
     }
 
     @Test("a queue the watcher watched is released once its work is done and its owner lets go")

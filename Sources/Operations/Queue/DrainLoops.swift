@@ -132,8 +132,10 @@ struct DrainLoops {
 
     /// What the watcher compares between two looks: the operations and
     /// tails the loops began (`progress`), and the number, in that count, of
-    /// the one a loop returned from last (`returned`, stored by the loops
-    /// without the lock).
+    /// the step a loop finished last (`returned`, stored by the loops
+    /// without the lock, once every piece of user code of the step has
+    /// returned: the operation, its dependents' `isReady` observers, the
+    /// queue's observers).
     struct Mark: Equatable {
         var progress: UInt64
         var returned: UInt64

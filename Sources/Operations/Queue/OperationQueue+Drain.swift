@@ -235,10 +235,10 @@ extension OperationQueue {
                         timedFrom = monotonicNanoseconds()
                     }
                 }
-                primary = run(operation, customStart: customStart, begun: watched ? begun : nil, readied: &readied)
+                primary = run(operation, customStart: customStart, readied: &readied)
             }
             for cancelled in cancelledBatch {
-                if let plan = run(cancelled, customStart: false, begun: watched ? begun : nil, readied: &readied) { batch.append(plan) }
+                if let plan = run(cancelled, customStart: false, readied: &readied) { batch.append(plan) }
             }
             cancelledBatch.empty()
             if timedFrom != 0 {
@@ -251,6 +251,10 @@ extension OperationQueue {
             if isObserved, primary != nil || !batch.isEmpty { notifyWillChange(Self.contentKeys) }
             worker?.recordProgress()
             startedInSlice += 1
+            // The step's user code (the operation, the `isReady` observers
+            // of the dependents it released, the queue's observers) has all
+            // returned: only now is the loop not inside it.
+            if watched { drainReturns.store(begun, ordering: .relaxed) }
             lock.lock()
             state.drainerBusy(false)
             if slowTimings >= DrainLoops.slowTimingsInARow {
@@ -286,13 +290,9 @@ extension OperationQueue {
     }
 
     /// Starts one dequeued operation; if it finished synchronously, releases
-    /// its dependents and returns its plan for the loop to retire. Once its
-    /// `start()` has returned, stores `begun` (its number in the loops'
-    /// progress), if given, as the loops' last return, for the watcher.
-    private func run(_ operation: Operation, customStart: Bool, begun: UInt64?, readied: inout [Unmanaged<Operation>]) -> FinishPlan? {
-        let started = operation.startFromQueue(customStart: customStart)
-        if let begun { drainReturns.store(begun, ordering: .relaxed) }
-        guard let plan = started else { return nil }
+    /// its dependents and returns its plan for the loop to retire.
+    private func run(_ operation: Operation, customStart: Bool, readied: inout [Unmanaged<Operation>]) -> FinishPlan? {
+        guard let plan = operation.startFromQueue(customStart: customStart) else { return nil }
         plan.releaseDependents(collectingFor: self, into: &readied)
         return plan
     }
