@@ -10,8 +10,9 @@ import Darwin
 /// (see `DrainLoops`). While queues hold a loop back, it looks at each of
 /// them every tick: 50 µs after a queue arrives or after a look that added
 /// loops, then twice as long after each round in which every watched loop
-/// kept up, up to 200 µs. A look takes the queue's lock once, and runs no
-/// user code. With nothing to watch it sleeps, and after 2 s of that its
+/// kept up, up to 200 µs, and at least eight times as long as its last
+/// pass over the watched queues took. A look takes the queue's lock once,
+/// and runs no user code. With nothing to watch it sleeps, and after 2 s of that its
 /// thread ends; the next queue that holds a loop back starts another.
 final class LoopWatcher: @unchecked Sendable {
     // @unchecked Sendable: `arrivals`, `isSleeping`, `hasThread` and
@@ -149,6 +150,7 @@ final class LoopWatcher: @unchecked Sendable {
             }
             lock.unlock()
             _ = signal.wait(deadline: Deadline(nanosecondsFromNow: tick))
+            let passStart = monotonicNanoseconds()
             var everyLoopKeptUp = true
             var index = 0
             while index < watched.count {
@@ -170,6 +172,10 @@ final class LoopWatcher: @unchecked Sendable {
                 }
             }
             tick = everyLoopKeptUp ? min(tick &* 2, Self.longestTick) : Self.shortestTick
+            // With many queues watched at once, a pass takes long: the tick
+            // grows with it, so that the watcher keeps to about an eighth
+            // of a processor (and its looks, to the queues' locks, stay rare).
+            tick = max(tick, (monotonicNanoseconds() &- passStart) &* 8)
         }
     }
 }
