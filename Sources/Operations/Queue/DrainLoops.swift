@@ -2,7 +2,8 @@
 //
 // Every loop takes the queue's lock once or twice per operation. When the
 // operations are tiny, a second loop on another core does not double the
-// throughput: it halves it, because the lock and every line it guards
+// throughput: it lowers it (by a fifth to a third in round 12's measurement
+// of independent operations), because the lock and every line it guards
 // (lane heads, counters, the operations being linked and unlinked) move
 // between the cores on nearly every acquisition (BENCHMARKS.md, rounds 7
 // and 12). So a queue on the shared pool runs one loop while that loop
