@@ -134,6 +134,27 @@ struct DrainLoopPolicyTests {
         }
     }
 
+    @Test("the watcher's tick doubles up to its longest while loops keep up, resets when one did not, and is at least eight passes")
+    func watcherTick() {
+        let shortest = LoopWatcher.shortestTick
+        let longest = LoopWatcher.longestTick
+        // Doubling, capped.
+        #expect(LoopWatcher.nextTick(after: shortest, everyLoopKeptUp: true, passNanoseconds: 0) == shortest * 2)
+        #expect(LoopWatcher.nextTick(after: longest, everyLoopKeptUp: true, passNanoseconds: 0) == longest)
+        #expect(LoopWatcher.nextTick(after: longest - 1, everyLoopKeptUp: true, passNanoseconds: 0) == longest)
+        // A loop that did not keep up: back to the shortest.
+        #expect(LoopWatcher.nextTick(after: longest, everyLoopKeptUp: false, passNanoseconds: 1_000) == shortest)
+        // A long pass (thousands of watched queues): eight times the pass,
+        // whether the loops kept up or not.
+        #expect(LoopWatcher.nextTick(after: shortest, everyLoopKeptUp: false, passNanoseconds: 1_000_000) == 8_000_000)
+        #expect(LoopWatcher.nextTick(after: longest, everyLoopKeptUp: true, passNanoseconds: 1_000_000) == 8_000_000)
+        // After a long pass, a short one brings the tick back down.
+        #expect(LoopWatcher.nextTick(after: 8_000_000, everyLoopKeptUp: true, passNanoseconds: 1_000) == longest)
+        // Saturates instead of trapping.
+        #expect(LoopWatcher.nextTick(after: .max, everyLoopKeptUp: true, passNanoseconds: .max) == .max)
+        #expect(LoopWatcher.nextTick(after: .max, everyLoopKeptUp: true, passNanoseconds: 0) == longest)
+    }
+
     @Test("no loop is requested while one is pending, or when the loops between operations can take the work")
     func noRequest() {
         var loops = DrainLoops()

@@ -387,35 +387,14 @@ final class WorkerPool: @unchecked Sendable {
     }
 
     private func startThread(for worker: Worker) {
-        let box = Unmanaged.passRetained(worker).toOpaque()
-        var thread = pthread_t()
-        var attributes = pthread_attr_t()
-        pthread_attr_init(&attributes)
-        pthread_attr_setdetachstate(&attributes, Int32(PTHREAD_CREATE_DETACHED))
-        let status = pthread_create(&thread, &attributes, { argument in
-            let worker = Unmanaged<Worker>.fromOpaque(argument!).takeRetainedValue()
-            worker.run()
-            return nil
-        }, box)
-        pthread_attr_destroy(&attributes)
+        let status = Platform.startDetachedThread(named: nil) { worker.run() }
         precondition(status == 0, "Operations: could not create a worker thread (pthread_create returned \(status))")
     }
 
     // MARK: Monitor
 
     private func startMonitor() {
-        let box = Unmanaged.passRetained(self).toOpaque()
-        var thread = pthread_t()
-        var attributes = pthread_attr_t()
-        pthread_attr_init(&attributes)
-        pthread_attr_setdetachstate(&attributes, Int32(PTHREAD_CREATE_DETACHED))
-        let status = pthread_create(&thread, &attributes, { argument in
-            let pool = Unmanaged<WorkerPool>.fromOpaque(argument!).takeRetainedValue()
-            Platform.setCurrentThreadName("ops.monitor")
-            pool.monitorLoop()
-            return nil
-        }, box)
-        pthread_attr_destroy(&attributes)
+        let status = Platform.startDetachedThread(named: "ops.monitor") { self.monitorLoop() }
         precondition(status == 0, "Operations: could not create the pool monitor thread (\(status))")
     }
 

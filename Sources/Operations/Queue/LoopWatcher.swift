@@ -96,20 +96,8 @@ final class LoopWatcher: @unchecked Sendable {
     }
 
     private func startThread() {
-        let box = Unmanaged.passRetained(self).toOpaque()
-        var thread = pthread_t()
-        var attributes = pthread_attr_t()
-        pthread_attr_init(&attributes)
-        pthread_attr_setdetachstate(&attributes, Int32(PTHREAD_CREATE_DETACHED))
-        let status = pthread_create(&thread, &attributes, { argument in
-            let watcher = Unmanaged<LoopWatcher>.fromOpaque(argument!).takeRetainedValue()
-            Platform.setCurrentThreadName("ops.loops")
-            watcher.run()
-            return nil
-        }, box)
-        pthread_attr_destroy(&attributes)
+        let status = Platform.startDetachedThread(named: "ops.loops") { self.run() }
         guard status != 0 else { return }
-        Unmanaged<LoopWatcher>.fromOpaque(box).release()
         let message = "Operations: could not start the drain-loop watcher thread (pthread_create returned \(status)); queues run as many drain loops as work allows.\n"
         _ = message.withCString { write(2, $0, strlen($0)) }
         let stranded = lock.withLock { () -> [Entry] in
@@ -171,11 +159,19 @@ final class LoopWatcher: @unchecked Sendable {
                     watched.removeLast()
                 }
             }
-            tick = everyLoopKeptUp ? min(tick &* 2, Self.longestTick) : Self.shortestTick
-            // With many queues watched at once, a pass takes long: the tick
-            // grows with it, so that the watcher keeps to about an eighth
-            // of a processor (and its looks, to the queues' locks, stay rare).
-            tick = max(tick, (monotonicNanoseconds() &- passStart) &* 8)
+            tick = Self.nextTick(after: tick, everyLoopKeptUp: everyLoopKeptUp, passNanoseconds: monotonicNanoseconds() &- passStart)
         }
+    }
+
+    /// The tick after a pass: twice `tick` (up to `longestTick`) when every
+    /// watched loop kept up, else `shortestTick`; and at least eight times
+    /// the pass. With many queues watched at once a pass takes long, and
+    /// the tick grows with it, so that the watcher keeps to about an eighth
+    /// of a processor (and its looks, to the queues' locks, stay rare).
+    /// Saturates rather than overflows.
+    static func nextTick(after tick: UInt64, everyLoopKeptUp: Bool, passNanoseconds: UInt64) -> UInt64 {
+        let base = everyLoopKeptUp ? (tick >= longestTick / 2 ? longestTick : tick * 2) : shortestTick
+        let (bound, overflow) = passNanoseconds.multipliedReportingOverflow(by: 8)
+        return max(base, overflow ? UInt64.max : bound)
     }
 }

@@ -59,6 +59,39 @@ enum Platform {
         #endif
     }
 
+    /// Starts a detached thread that names itself `name` (when given) and
+    /// runs `body`. Returns `pthread_create`'s status: 0 on success, else the
+    /// error, in which case `body` never runs and is released here.
+    ///
+    /// The pool's workers, its monitor and the drain-loop watcher start
+    /// their threads here; each caller decides what a failure means.
+    static func startDetachedThread(named name: String?, _ body: @escaping @Sendable () -> Void) -> Int32 {
+        // Retained for the new thread, which takes the reference back; on
+        // failure it is given back below.
+        let box = Unmanaged.passRetained(ThreadStart(name: name, body: body)).toOpaque()
+        #if canImport(Darwin)
+        var thread: pthread_t?
+        #else
+        var thread = pthread_t()
+        #endif
+        var attributes = pthread_attr_t()
+        pthread_attr_init(&attributes)
+        pthread_attr_setdetachstate(&attributes, Int32(PTHREAD_CREATE_DETACHED))
+        let status = pthread_create(&thread, &attributes, { argument in
+            #if canImport(Darwin)
+            let start = Unmanaged<ThreadStart>.fromOpaque(argument).takeRetainedValue()
+            #else
+            let start = Unmanaged<ThreadStart>.fromOpaque(argument!).takeRetainedValue()
+            #endif
+            if let name = start.name { Platform.setCurrentThreadName(name) }
+            start.body()
+            return nil
+        }, box)
+        pthread_attr_destroy(&attributes)
+        if status != 0 { Unmanaged<ThreadStart>.fromOpaque(box).release() }
+        return status
+    }
+
     /// Names the calling thread (visible in `top -H`, debuggers and crash logs).
     static func setCurrentThreadName(_ name: String) {
         #if os(Linux)
@@ -186,5 +219,16 @@ enum Platform {
         #else
         return nil
         #endif
+    }
+}
+
+/// What a thread started by `Platform.startDetachedThread(named:_:)` runs.
+private final class ThreadStart: Sendable {
+    let name: String?
+    let body: @Sendable () -> Void
+
+    init(name: String?, body: @escaping @Sendable () -> Void) {
+        self.name = name
+        self.body = body
     }
 }
