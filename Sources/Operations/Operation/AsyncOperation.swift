@@ -76,7 +76,9 @@ open class AsyncOperation: Operation, @unchecked Sendable {
     /// Marks the operation finished: dependents are released, its queue
     /// frees the slot, the completion block runs and waiters wake.
     ///
-    /// Calling it again does nothing. Calling it before the operation
+    /// Calling it again does nothing, even from another thread at the same
+    /// time or from an observer of the first call's change: one call ends
+    /// the body and announces it. Calling it before the operation
     /// started is a misuse (``OperationMisuse/Code/finishBeforeStart``).
     public final func finish() {
         let state = loadState()
@@ -88,7 +90,10 @@ open class AsyncOperation: Operation, @unchecked Sendable {
             )
             return
         }
-        guard state.isBaseExecuting else { return }
+        // One call ends the body and announces it; a second call, at the
+        // same time on another thread or from an observer of the first
+        // call's announcement, does nothing.
+        guard state.isBaseExecuting, withStateLock({ $0.claimBodyEnd() }) else { return }
         withThreadContext { bodyDidFinish(wasExecuting: true, announced: false) }?.run()
     }
 }

@@ -101,7 +101,9 @@ extension Operation {
         let observed = state.isObserved
         let predicted: [String] = cancelled ? ["isFinished"] : ["isExecuting"]
         if observed { notifyWillChange(predicted) }
-        let decision = withStateLock { $0.beginBaseStart() }
+        // A cancellation that lands after "will isExecuting" was announced
+        // leaves the base state unfinished until "will isFinished" is.
+        let decision = withStateLock { $0.beginBaseStart(finishingCancelled: cancelled || !observed) }
         switch decision {
         case .run:
             if observed {

@@ -40,6 +40,7 @@
 /// | 19     | dispatched: its queue took it to start (see `isDispatched`) |
 /// | 20     | readiness stale: an edge counted since its queue last read its `isReady` override |
 /// | 21     | an uncounted self-dependency is listed                  |
+/// | 22     | body end claimed: a call ending the body is announcing it |
 /// | 32–63  | unfinished dependencies                                 |
 ///
 /// Invariants (checked by `checkInvariants()`):
@@ -74,6 +75,7 @@ struct OperationState: Equatable, Sendable, CustomStringConvertible {
     private static let dispatchedBit: UInt64 = 1 << 19
     private static let readinessStaleBit: UInt64 = 1 << 20
     private static let uncountedSelfDependencyBit: UInt64 = 1 << 21
+    private static let bodyEndClaimedBit: UInt64 = 1 << 22
     private static let dependencyShift: UInt64 = 32
     private static let dependencyUnit: UInt64 = 1 << 32
 
@@ -264,16 +266,31 @@ struct OperationState: Equatable, Sendable, CustomStringConvertible {
 
     /// Enters the base `start()`: the body is skipped if the base state is
     /// cancelled, as in Foundation. Consumes the queue-start mark.
-    mutating func beginBaseStart() -> StartDecision {
+    ///
+    /// `finishingCancelled`: whether a skipped body makes the base state
+    /// finished here. False when the caller announced "will `isExecuting`"
+    /// and a cancellation landed since: it announces "will `isFinished`"
+    /// first, and the base state becomes finished after that
+    /// (`finishBody`), so that observers read it unfinished before the change.
+    mutating func beginBaseStart(finishingCancelled: Bool = true) -> StartDecision {
         isQueueStart = false
         if isBaseExecuting { return .alreadyExecuting }
         if isBaseFinished || isFinished { return .alreadyFinished }
         if isCancelled {
-            raw |= Self.baseFinishedBit
+            if finishingCancelled { raw |= Self.baseFinishedBit }
             return .skipCancelled
         }
         raw |= Self.baseExecutingBit
         return .run
+    }
+
+    /// Claims the end of an asynchronous body for one caller: true once,
+    /// while the body runs; false for every later or concurrent call, which
+    /// then changes and announces nothing.
+    mutating func claimBodyEnd() -> Bool {
+        guard isBaseExecuting, raw & Self.bodyEndClaimedBit == 0 else { return false }
+        raw |= Self.bodyEndClaimedBit
+        return true
     }
 
     /// The body returned (or an asynchronous body finished): base-finished.

@@ -367,10 +367,16 @@ struct QueueState {
 
     /// Pops up to `limit` more cancelled operations (dispatched, no slot),
     /// for a drain loop to retire as one batch.
+    ///
+    /// The batch ends before an observed operation: all but one of a batch's
+    /// user tails run on other threads, and an observer must hear "did
+    /// `isFinished`" on the thread that told it "will" (with the old value
+    /// read then). The observed one starts a later step of its own.
     mutating func popCancelled(upTo limit: Int, into batch: inout [Operation]) {
         guard !isSuspended else { return }
         while batch.count < limit, let node = lanes[Self.cancelledLane].first {
             let operation = node.takeUnretainedValue()
+            if operation.loadState().isObserved { return }
             removeFromLane(operation)
             _ = operation.claimForDispatch(.none)
             operation.queueLink.flags |= QueueLink.Flags.dispatched
