@@ -25,7 +25,7 @@ extension Operation {
         var readyAt: OperationInstrumentation.Stamp?
         var cancelledAt: OperationInstrumentation.Stamp?
         let changed = withStateLock { state -> Bool in
-            let outcome = state.cancel()
+            let outcome = state.cancel(announced: observed)
             guard outcome.changed else { return false }
             // Timed under the lock, so that a finish on another thread,
             // which needs this lock, has a later time (probe 13).
@@ -43,7 +43,9 @@ extension Operation {
             queue = queueForNews(state)
             return true
         }
-        // The same keys as announced, whatever happened in between.
+        // The same keys as announced. If the operation finished in between,
+        // `cancel(announced:)` still set the flag, so that the announced
+        // `isCancelled` change happened.
         if observed { notifyDidChange(keys) }
         guard changed else { return nil }
         if TraceRecorder.isActive { TraceRecorder.shared.record(.cancelled, self, queue: nil) }

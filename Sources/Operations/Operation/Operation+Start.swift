@@ -101,9 +101,10 @@ extension Operation {
         let observed = state.isObserved
         let predicted: [String] = cancelled ? ["isFinished"] : ["isExecuting"]
         if observed { notifyWillChange(predicted) }
-        // A cancellation that lands after "will isExecuting" was announced
-        // leaves the base state unfinished until "will isFinished" is.
-        let decision = withStateLock { $0.beginBaseStart(finishingCancelled: cancelled || !observed) }
+        // Once "will isExecuting" is announced, the body runs even if a
+        // cancellation lands before the lock is taken (as in Foundation):
+        // observers hear the change they were told about, not false → false.
+        let decision = withStateLock { $0.beginBaseStart(announcedRun: observed && !cancelled) }
         switch decision {
         case .run:
             if observed {
@@ -117,10 +118,7 @@ extension Operation {
             }
             return runBodyAndFinish()
         case .skipCancelled:
-            if observed, !cancelled {
-                notifyDidChange(predicted)
-                notifyWillChange(["isFinished"])
-            }
+            // Only when "will isFinished" was the announcement (or none was).
             return bodyDidFinish(wasExecuting: false, announced: observed)
         case .alreadyExecuting, .alreadyFinished:
             if observed { notifyDidChange(predicted) }

@@ -153,6 +153,12 @@ open class Operation: @unchecked Sendable {
     /// unless its class overrides ``start()``, in which case its `start()` is
     /// called in its turn. Cancelling a finished or already-cancelled
     /// operation does nothing.
+    ///
+    /// Observers hear only changes that happen. A cancellation that lands
+    /// while the operation starts, after the start announced `isExecuting`,
+    /// does not stop the body (as in Foundation, whose start reads
+    /// `isCancelled` once); and one that announced `isCancelled` sets it even
+    /// if the operation finished meanwhile.
     open func cancel() {
         performCancel()
     }

@@ -267,17 +267,16 @@ struct OperationState: Equatable, Sendable, CustomStringConvertible {
     /// Enters the base `start()`: the body is skipped if the base state is
     /// cancelled, as in Foundation. Consumes the queue-start mark.
     ///
-    /// `finishingCancelled`: whether a skipped body makes the base state
-    /// finished here. False when the caller announced "will `isExecuting`"
-    /// and a cancellation landed since: it announces "will `isFinished`"
-    /// first, and the base state becomes finished after that
-    /// (`finishBody`), so that observers read it unfinished before the change.
-    mutating func beginBaseStart(finishingCancelled: Bool = true) -> StartDecision {
+    /// `announcedRun`: the caller told observers "will `isExecuting`" (it
+    /// read the operation not cancelled). A cancellation that landed since
+    /// does not withdraw that: the body runs, as in Foundation, whose start
+    /// reads `isCancelled` once, before announcing anything.
+    mutating func beginBaseStart(announcedRun: Bool = false) -> StartDecision {
         isQueueStart = false
         if isBaseExecuting { return .alreadyExecuting }
         if isBaseFinished || isFinished { return .alreadyFinished }
-        if isCancelled {
-            if finishingCancelled { raw |= Self.baseFinishedBit }
+        if isCancelled, !announcedRun {
+            raw |= Self.baseFinishedBit
             return .skipCancelled
         }
         raw |= Self.baseExecutingBit
@@ -324,7 +323,14 @@ struct OperationState: Equatable, Sendable, CustomStringConvertible {
     }
 
     /// The base `cancel()`. Cancelling twice, or after finishing, changes nothing.
-    mutating func cancel() -> CancelOutcome {
+    ///
+    /// `announced`: the caller told observers "will `isCancelled`" (it read
+    /// the operation unfinished). If it finished since, the flag is still set,
+    /// so that the change observers were promised happens (as in Foundation,
+    /// where a cancel that passed its check sets the flag); nothing else
+    /// follows from it (`changed` is false).
+    mutating func cancel(announced: Bool = false) -> CancelOutcome {
+        if !isCancelled, isFinished, announced { raw |= Self.cancelledBit }
         guard !isCancelled, !isFinished else { return CancelOutcome(changed: false, wasReady: isBaseReady) }
         let wasReady = isBaseReady
         raw |= Self.cancelledBit

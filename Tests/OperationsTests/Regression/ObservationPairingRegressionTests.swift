@@ -100,26 +100,51 @@ struct ObservationPairingRegressionTests {
         withExtendedLifetime((finishToken, executingToken)) {}
     }
 
-    @Test("a cancel that lands while the queue starts the operation: isFinished is announced false → true")
-    func cancelDuringStartAnnouncesFinishedChange() {
+    @Test("a cancel that lands after the start announced isExecuting: the body runs, and every change announced happens (false → true)")
+    func cancelDuringStartKeepsAnnouncedRun() {
         for _ in 0..<5 {
             let queue = OperationQueue()
-            let operation = BlockOperation {}
-            let notes = LockedValue<[String]>([])
+            let ran = LockedValue<Bool>(false)
+            let operation = BlockOperation { ran.withLock { $0 = true } }
+            let finished = LockedValue<[String]>([])
+            let executing = LockedValue<[String]>([])
             let finishedToken = operation.observe(\.isFinished, options: [.prior, .old, .new]) { _, change in
-                notes.withLock { $0.append("\(change.isPrior ? "will" : "did") \(String(describing: change.oldValue)) \(String(describing: change.newValue))") }
+                finished.withLock { $0.append("\(change.isPrior ? "will" : "did") \(String(describing: change.oldValue)) \(String(describing: change.newValue))") }
             }
             // The cancel lands after the start announced "will isExecuting"
             // and before it changed the state.
-            let executingToken = operation.observe(\.isExecuting, options: [.prior]) { operation, change in
-                if change.isPrior { operation.cancel() }
+            let executingToken = operation.observe(\.isExecuting, options: [.prior, .old, .new]) { operation, change in
+                executing.withLock { $0.append("\(change.isPrior ? "will" : "did") \(String(describing: change.oldValue)) \(String(describing: change.newValue))") }
+                if change.isPrior, change.oldValue == false { operation.cancel() }
             }
             queue.addOperation(operation)
             #expect(operation.waitUntilFinished(timeout: patience))
             #expect(queue.waitUntilAllOperationsAreFinished(timeout: patience))
-            #expect(notes.withLock { $0 } == ["will Optional(false) nil", "did Optional(false) Optional(true)"])
+            #expect(finished.withLock { $0 } == ["will Optional(false) nil", "did Optional(false) Optional(true)"])
+            #expect(executing.withLock { $0 } == [
+                "will Optional(false) nil", "did Optional(false) Optional(true)",
+                "will Optional(true) nil", "did Optional(true) Optional(false)",
+            ])
+            #expect(ran.withLock { $0 })
             #expect(operation.isCancelled && operation.isFinished && !operation.isExecuting)
             withExtendedLifetime((finishedToken, executingToken)) {}
         }
+    }
+
+    @Test("a cancel that announced isCancelled and found the operation finished still cancels it: false → true")
+    func cancelRacingFinishKeepsAnnouncedChange() {
+        let operation = BlockOperation {}
+        let notes = LockedValue<[String]>([])
+        let token = operation.observe(\.isCancelled, options: [.prior, .old, .new]) { operation, change in
+            notes.withLock { $0.append("\(change.isPrior ? "will" : "did") \(String(describing: change.oldValue)) \(String(describing: change.newValue))") }
+            // The operation runs and finishes between the cancel's
+            // announcement and its change (a finish on another thread met
+            // the same window, less reliably).
+            if change.isPrior { operation.start() }
+        }
+        operation.cancel()
+        #expect(notes.withLock { $0 } == ["will Optional(false) nil", "did Optional(false) Optional(true)"])
+        #expect(operation.isFinished && operation.isCancelled)
+        withExtendedLifetime(token) {}
     }
 }
