@@ -68,4 +68,21 @@ struct CancelAllTests {
         #expect(ran.count == 1 && queue.operationCount == 0)
         expectQueueInvariants(queue)
     }
+
+    @Test("a barrier is an operation of the queue until it runs: counted, listed, and cancelled with the rest")
+    func cancelsPendingBarrier() {
+        let queue = makeQueue("cancel-all-barrier")
+        queue.isSuspended = true
+        let ran = Box(false)
+        queue.addOperation {}
+        queue.addBarrierBlock { ran.value = true }
+        #expect(queue.operationCount == 2)
+        #expect(queue.operations.count == 2)
+        queue.cancelAllOperations()
+        #expect(queue.operations.allSatisfy { $0.isCancelled })
+        queue.isSuspended = false
+        #expect(queue.waitUntilAllOperationsAreFinished(timeout: patience))
+        #expect(!ran.value)
+        #expect(queue.operationCount == 0)
+    }
 }

@@ -361,6 +361,11 @@ open class OperationQueue: @unchecked Sendable {
     /// The barrier holds no dependency edges: `dependencies` of the
     /// operations around it are unchanged. Cancelled operations, which are
     /// ready whatever they wait for, are not held back by a barrier.
+    ///
+    /// As in Foundation, the barrier is an operation of the queue until it
+    /// has run: it is listed in ``operations`` and counted in
+    /// ``operationCount``, and ``cancelAllOperations()`` cancels it, so that
+    /// its block does not run.
     open func addBarrierBlock(_ barrier: @escaping @Sendable () -> Void) {
         admit(CollectionOfOne(BarrierOperation(block: barrier)), mode: .synchronous, barrier: true)
     }
