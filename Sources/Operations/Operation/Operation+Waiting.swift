@@ -4,7 +4,8 @@ extension Operation {
     ///
     /// Any timeout works, including `.zero` (which only reads the state)
     /// and durations too large to represent as a deadline (treated as no
-    /// deadline). A wait with a deadline always ends, so it is never reported
+    /// deadline: such a wait is checked for deadlocks, and reported, like the
+    /// untimed one). A wait with a deadline always ends, so it is never reported
     /// as ``OperationMisuse/Code/waitDeadlock``: if the operation can only
     /// finish after the caller, it returns false at the deadline.
     @available(*, noasync, message: "Blocks a thread; in async code use `await operation.finished()`.")

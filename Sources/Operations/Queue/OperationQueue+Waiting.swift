@@ -6,7 +6,8 @@ extension OperationQueue {
     /// tests and wherever a hang must become a diagnosable failure. Any
     /// timeout works, including `.zero` (which only reads the state) and
     /// durations too large to represent as a deadline (treated as no
-    /// deadline). A wait with a deadline always ends, so it is never reported
+    /// deadline: such a wait is checked for deadlocks, and reported, like the
+    /// untimed one). A wait with a deadline always ends, so it is never reported
     /// as ``OperationMisuse/Code/waitDeadlock``: if the queue can only drain
     /// after the caller, it returns false at the deadline.
     @available(*, noasync, message: "Blocks a thread; in async code use `await queue.drained()`.")

@@ -109,6 +109,27 @@ func scenarioWaitForQueueFromExecutingObserver() {
     withExtendedLifetime(token) {}
 }
 
+/// A timed wait whose timeout is too large for a deadline is an untimed
+/// wait: a body waiting so for its own operation, or for its own queue, is
+/// reported and returns false, rather than hanging without a word.
+func scenarioHugeTimeoutSelfWaitIsReported() {
+    let misuses = installChildMisuseRecorder()
+    let queue = OperationQueue()
+    let results = LockedValue<[Bool]>([])
+    let own = BlockOperation {}
+    own.name = "huge-timeout-self"
+    own.addExecutionBlock { [unowned own] in
+        results.withLock { $0.append(own.waitUntilFinished(timeout: .seconds(Int64.max / 2))) }
+    }
+    queue.addOperation(own)
+    queue.addOperation {
+        results.withLock { $0.append(queue.waitUntilAllOperationsAreFinished(timeout: .seconds(Int64.max / 2))) }
+    }
+    expectReturns("the queue drains") { queue.waitUntilAllOperationsAreFinished() }
+    #expect(results.withLock { $0 } == [false, false])
+    #expect(misuses.events.map(\.code) == [.waitDeadlock, .waitDeadlock], "\(describeMisuses(misuses.events))")
+}
+
 @Suite("Issue 9: waits from observers (defect 9)")
 struct ObserverWaitRegressionTests {
     @Test("defect 9: waitUntilFinished() from an isExecuting observer is reported as .waitDeadlock, not a hang")
@@ -134,6 +155,11 @@ struct ObserverWaitRegressionTests {
     @Test("defect 9: waiting for the queue from an isExecuting observer is reported as .waitDeadlock, not a hang")
     func executingObserverWaitsForQueue() async {
         await #expect(processExitsWith: .success) { scenarioWaitForQueueFromExecutingObserver() }
+    }
+
+    @Test("a timeout too large for a deadline waits, and is checked, like an untimed wait: a self-wait is reported and returns false")
+    func hugeTimeoutSelfWait() async {
+        await #expect(processExitsWith: .success) { scenarioHugeTimeoutSelfWaitIsReported() }
     }
 }
 
