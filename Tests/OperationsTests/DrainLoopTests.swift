@@ -249,12 +249,29 @@ struct DrainLoopBehaviourTests {
         #expect(allArrived.count == 8)
     }
 
-    @Test("an isReady observer that blocks, on the loop's thread, until a later operation runs does not hold it up (regression: probe 15)")
-    func blockingReadinessObserver() {
+    /// Five rounds on a queue of width 2: `make` returns the operations to
+    /// add at once (and anything to keep alive meanwhile). Their user code
+    /// blocks on `later` until a later operation signals it, and records in
+    /// `waited` whether that came in time. The queue must drain, in time.
+    private func expectLaterOperationRuns(
+        _ name: String,
+        _ make: (_ queue: OperationQueue, _ later: DispatchSemaphore, _ waited: Flag) -> (operations: [Operation], keepAlive: Any?)
+    ) {
         for _ in 0..<5 {
-            let queue = makeQueue("drain.readiness", width: 2)
+            let queue = makeQueue(name, width: 2)
             let later = DispatchSemaphore(value: 0)
             let waited = Flag()
+            let (operations, keepAlive) = make(queue, later, waited)
+            queue.addOperations(operations, waitUntilFinished: false)
+            #expect(queue.waitUntilAllOperationsAreFinished(timeout: patience * 2))
+            #expect(waited.isSet)
+            withExtendedLifetime(keepAlive) {}
+        }
+    }
+
+    @Test("an isReady observer that blocks, on the loop's thread, until a later operation runs does not hold it up (regression: probe 15)")
+    func blockingReadinessObserver() {
+        expectLaterOperationRuns("drain.readiness") { _, later, waited in
             let first = BlockOperation {}
             let dependent = BlockOperation {}
             dependent.addDependency(first)
@@ -262,19 +279,13 @@ struct DrainLoopBehaviourTests {
                 guard change.newValue == true else { return }
                 waited.set(later.wait(timeout: patience.dispatchTimeout) == .success)
             }
-            queue.addOperations([first, dependent, BlockOperation { later.signal() }], waitUntilFinished: false)
-            #expect(queue.waitUntilAllOperationsAreFinished(timeout: patience * 2))
-            #expect(waited.isSet)
-            withExtendedLifetime(token) {}
+            return ([first, dependent, BlockOperation { later.signal() }], token)
         }
     }
 
     @Test("a queue's .prior observer that blocks, on the loop's thread, until a later operation runs does not hold it up (regression: probe 15)")
     func blockingPriorQueueObserver() {
-        for _ in 0..<5 {
-            let queue = makeQueue("drain.prior", width: 2)
-            let later = DispatchSemaphore(value: 0)
-            let waited = Flag()
+        expectLaterOperationRuns("drain.prior") { queue, later, waited in
             // The thread that ran `first`: the observer blocks only there,
             // when told that `first` is about to leave the queue.
             let loopThread = Box<ThreadID?>(nil)
@@ -284,26 +295,18 @@ struct DrainLoopBehaviourTests {
                 loopThread.value = nil
                 waited.set(later.wait(timeout: patience.dispatchTimeout) == .success)
             }
-            queue.addOperations([first, BlockOperation { later.signal() }], waitUntilFinished: false)
-            #expect(queue.waitUntilAllOperationsAreFinished(timeout: patience * 2))
-            #expect(waited.isSet)
-            withExtendedLifetime(token) {}
+            return ([first, BlockOperation { later.signal() }], token)
         }
     }
 
     @Test("a completion block that blocks until its own dependent runs does not hold it up (regression: probe 15)")
     func completionBlockWaitsForDependent() {
-        for _ in 0..<5 {
-            let queue = makeQueue("drain.dependent", width: 2)
-            let later = DispatchSemaphore(value: 0)
-            let waited = Flag()
+        expectLaterOperationRuns("drain.dependent") { _, later, waited in
             let first = BlockOperation {}
             let dependent = BlockOperation { later.signal() }
             dependent.addDependency(first)
             first.completionBlock = { waited.set(later.wait(timeout: patience.dispatchTimeout) == .success) }
-            queue.addOperations([first, dependent], waitUntilFinished: false)
-            #expect(queue.waitUntilAllOperationsAreFinished(timeout: patience * 2))
-            #expect(waited.isSet)
+            return ([first, dependent], nil)
         }
     }
 

@@ -271,7 +271,7 @@ struct OperationState: Equatable, Sendable, CustomStringConvertible {
     /// read the operation not cancelled). A cancellation that landed since
     /// does not withdraw that: the body runs, as in Foundation, whose start
     /// reads `isCancelled` once, before announcing anything.
-    mutating func beginBaseStart(announcedRun: Bool = false) -> StartDecision {
+    mutating func beginBaseStart(announcedRun: Bool) -> StartDecision {
         isQueueStart = false
         if isBaseExecuting { return .alreadyExecuting }
         if isBaseFinished || isFinished { return .alreadyFinished }
@@ -329,7 +329,7 @@ struct OperationState: Equatable, Sendable, CustomStringConvertible {
     /// so that the change observers were promised happens (as in Foundation,
     /// where a cancel that passed its check sets the flag); nothing else
     /// follows from it (`changed` is false).
-    mutating func cancel(announced: Bool = false) -> CancelOutcome {
+    mutating func cancel(announced: Bool) -> CancelOutcome {
         if !isCancelled, isFinished, announced { raw |= Self.cancelledBit }
         guard !isCancelled, !isFinished else { return CancelOutcome(changed: false, wasReady: isBaseReady) }
         let wasReady = isBaseReady
