@@ -14,6 +14,14 @@ extension KeyValueObservable where Self: OperationQueue {
     /// each reported with the old value read when that change began, as
     /// Foundation keeps pending changes per thread.
     ///
+    /// A wait for the queue (``OperationQueue/waitUntilAllOperationsAreFinished()``,
+    /// ``OperationQueue/drained()``) does not wait for these notifications:
+    /// it can return while the thread that retired the last operation is
+    /// still telling observers that `operationCount` became 0. To act on the
+    /// count reaching 0, do it in the handler, or wait for the handler (as
+    /// the queue's operations' own observers and completion blocks are
+    /// waited for).
+    ///
     /// - Returns: A token; observation ends when it is invalidated or released.
     public func observe<Value>(
         _ keyPath: KeyPath<Self, Value>,

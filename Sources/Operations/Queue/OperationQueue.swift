@@ -420,7 +420,9 @@ open class OperationQueue: @unchecked Sendable {
     /// wait that a cycle of waits through other threads would block forever.
     /// From inside a completion block or observer of one of its operations,
     /// it waits for every other operation. On the main thread, waiting for
-    /// ``OperationQueue/main`` runs its operations on this thread.
+    /// ``OperationQueue/main`` runs its operations on this thread. The
+    /// queue's own observers (of `operationCount`, say) may still be hearing
+    /// the last change when it returns.
     @available(*, noasync, message: "Blocks a thread; in async code use `await queue.drained()`.")
     open func waitUntilAllOperationsAreFinished() {
         waitUntilIdle(deadline: nil)
