@@ -29,13 +29,43 @@ public struct DependencyError: Error, Sendable, CustomStringConvertible {
     /// What happened to it.
     public let reason: Reason
 
-    /// A short human-readable form.
+    /// A short human-readable form: the dependency and what happened to
+    /// it, followed down a chain of propagated failures to the first
+    /// operation that failed or was cancelled. A long chain is shortened in
+    /// the middle, so the text stays short however long the chain is.
     public var description: String {
-        switch reason {
-        case .failed(let error): return "\(dependency.misuseSubject) failed: \(error)"
-        case .cancelled: return "\(dependency.misuseSubject) was cancelled"
+        // Iterative, not recursive: a failure propagated along a chain of
+        // tens of thousands of operations nests that many errors.
+        var links: [String] = []
+        var current = self
+        var skipped = 0
+        while true {
+            switch current.reason {
+            case .cancelled:
+                links.append("\(current.dependency.misuseSubject) was cancelled")
+            case .failed(let error):
+                if let next = error as? DependencyError {
+                    if links.count < Self.leadingLinks {
+                        links.append("\(current.dependency.misuseSubject) failed")
+                    } else {
+                        skipped += 1
+                    }
+                    current = next
+                    continue
+                }
+                links.append("\(current.dependency.misuseSubject) failed: \(error)")
+            }
+            break
         }
+        if skipped > 0 {
+            links.insert("… \(skipped) more …", at: links.count - 1)
+        }
+        return links.joined(separator: ": ")
     }
+
+    /// How many links of a propagated chain ``description`` names before it
+    /// skips to the first failure.
+    private static let leadingLinks = 3
 }
 
 extension Operation {

@@ -63,8 +63,10 @@ extension OperationQueue {
     /// once it has finished (on a suspended queue, as in Foundation, a
     /// cancelled operation finishes when the queue resumes).
     ///
-    /// - Throws: The body's error, or `CancellationError` if the operation was
-    ///   cancelled before its body ran.
+    /// - Throws: The body's error, `CancellationError` if the operation was
+    ///   cancelled before its body ran, or the ``OperationMisuse`` a handler
+    ///   refused when the operation could never be added (a
+    ///   ``OperationMisuse/Code/waitDeadlock`` under the pending limit).
     public func run<T: Sendable>(
         priority: Operation.QueuePriority = .normal,
         qualityOfService: QualityOfService = .default,
@@ -92,7 +94,12 @@ extension OperationQueue {
     ) async throws -> T {
         operation.queuePriority = priority
         operation.qualityOfService = qualityOfService
-        await addOperation(operation)
+        if let refusal = await addOperationsReportingRefusal([operation]) {
+            // The add could never proceed (a handler refused it): the
+            // operation is in no queue, so its value would never come.
+            operation.cancel()
+            throw refusal
+        }
         return try await withTaskCancellationHandler {
             do {
                 return try await operation.value

@@ -162,7 +162,10 @@ final class ConcurrentBlocks: @unchecked Sendable {
     private func helpOnPoolThread() {
         ThreadContext.withCurrent { context in
             let saved = context.enter(operation, queue: queue)
-            runClaimedBlocks()
+            // The carried context is bound around every block, as around
+            // `main()` on the starting thread: which thread claims a block
+            // is scheduling, not something the block can see.
+            operation.withCarriedContext { runClaimedBlocks() }
             context.leave(restoring: saved)
         }
     }

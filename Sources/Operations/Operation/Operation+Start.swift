@@ -163,14 +163,33 @@ extension Operation {
     // MARK: Carried context
 
     /// Captures the registered context values of the calling code, once
-    /// (when the operation is added, or started by hand). Call with no lock held.
-    final func captureContextIfNeeded() {
+    /// (when the operation is added, or started by hand). Returns whether
+    /// this call captured them. Call with no lock held.
+    @discardableResult
+    final func captureContextIfNeeded() -> Bool {
         guard OperationContextPropagation.isActive,
               withStateLock({ _ in extras?.carriedContext == nil }),
-              let captured = OperationContextPropagation.capture(for: self) else { return }
-        withStateLock { _ in
-            if extrasWhileLocked().carriedContext == nil { extras?.carriedContext = captured }
+              let captured = OperationContextPropagation.capture(for: self) else { return false }
+        return withStateLock { _ in
+            guard extrasWhileLocked().carriedContext == nil else { return false }
+            extras?.carriedContext = captured
+            return true
         }
+    }
+
+    /// Drops a context that an add captured, if the add did not give the
+    /// operation to `queue` (it was refused, or found no room): the
+    /// operation is left as it was, and a later add captures its own
+    /// caller's values. Call with no lock held.
+    final func discardContextUnlessIn(_ queue: OperationQueue) {
+        guard !belongs(to: queue) else { return }
+        let dropped = withStateLock { _ -> CarriedContext? in
+            let context = extras?.carriedContext
+            extras?.carriedContext = nil
+            return context
+        }
+        // Released here, outside the lock: it holds the caller's values.
+        withExtendedLifetime(dropped) {}
     }
 
     /// The captured context, if any.

@@ -30,7 +30,17 @@ extension OperationQueue {
             admit(CollectionOfOne(operation), mode: .synchronous)
             return
         }
-        if OperationContextPropagation.isActive { operation.captureContextIfNeeded() }
+        if OperationContextPropagation.isActive, operation.captureContextIfNeeded() {
+            defer { operation.discardContextUnlessIn(self) }
+            admitOneCaptured(operation)
+            return
+        }
+        admitOneCaptured(operation)
+    }
+
+    /// `admitOne`, once the context is captured.
+    @inline(__always)
+    private func admitOneCaptured(_ operation: Operation) {
         let isObserved = observed.load(ordering: .relaxed)
         if isObserved { notifyWillChange(Self.contentKeys) }
         defer { if isObserved { notifyDidChange(Self.contentKeys) } }
@@ -70,13 +80,19 @@ extension OperationQueue {
         // A class that overrides `isExecuting` or `isFinished` reports its
         // own state: ask it before taking any lock.
         var refusedByGetter: Set<ObjectIdentifier> = []
+        // The operations whose context this call captured: an operation
+        // this call does not add gives its context back (see the end).
+        var captured: [Operation] = []
         operations.forEachBorrowed { operation in
             if let refusal = operation.reportedEnqueueRefusal() {
                 reportRefusedAdd(operation, refusal: refusal, owner: nil, batch: [])
                 refusedByGetter.insert(ObjectIdentifier(operation))
-            } else if OperationContextPropagation.isActive {
-                operation.captureContextIfNeeded()
+            } else if OperationContextPropagation.isActive, operation.captureContextIfNeeded() {
+                captured.append(operation)
             }
+        }
+        defer {
+            for operation in captured { operation.discardContextUnlessIn(self) }
         }
         let total = operations.count - refusedByGetter.count
         guard total > 0 else { return [] }

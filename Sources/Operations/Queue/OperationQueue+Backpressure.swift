@@ -83,33 +83,39 @@ extension OperationQueue {
     /// Adds `operations`, suspending while they do not fit under the
     /// pending limit.
     public func addOperations(_ operations: [Operation]) async {
+        _ = await addOperationsReportingRefusal(operations)
+    }
+
+    /// `addOperations(_:) async`, returning the misuse when the wait for
+    /// room could never end and a handler refused it (the operations were
+    /// not added and are untouched), else nil.
+    final func addOperationsReportingRefusal(_ operations: [Operation]) async -> OperationMisuse? {
         // Misuse is reported once, up front; only the rest waits for room
         // (and is refused if the wait is cancelled).
         let operations = pendingLimit != nil ? removingRefusedAdds(operations) : operations
-        if operations.isEmpty { return }
+        if operations.isEmpty { return nil }
         while true {
-            if admit(operations, mode: .attempt) != nil { return }
+            if admit(operations, mode: .attempt) != nil { return nil }
             if Task.isCancelled {
                 // Only what is still this call's to refuse (another thread
                 // may have queued or started one meanwhile).
                 refuseForLackOfRoom(operations.filter { $0.enqueueRefusal() == nil })
-                return
+                return nil
             }
-            guard await waitForRoomAsync(count: operations.count) else { return }
+            if let refusal = await waitForRoomAsync(count: operations.count) { return refusal }
         }
     }
 
-    /// Suspends until there may be room for `count` operations. Returns
-    /// false when the wait could never end (a misuse, reported; the
-    /// operations are not added), as the blocking add does.
-    private func waitForRoomAsync(count: Int) async -> Bool {
+    /// Suspends until there may be room for `count` operations. Returns the
+    /// misuse when the wait could never end (reported; the operations are
+    /// not added), as the blocking add does, else nil.
+    private func waitForRoomAsync(count: Int) async -> OperationMisuse? {
         // Registered like a blocking wait for room, so that the deadlock
         // checks see what this body waits for (and other waits see it).
         let running = OperationTaskContext.ownOperation.map { [$0] } ?? []
         let record = WaitRegistry.Record(running: running, target: .room(self))
         if let verdict = WaitRegistry.shared.begin(record) {
-            reportNoRoomEver(verdict.reason)
-            return false
+            return reportNoRoomEver(verdict.reason)
         }
         defer { WaitRegistry.shared.end(record) }
         let gate = ResumeOnce()
@@ -143,16 +149,16 @@ extension OperationQueue {
         }
         // A verdict confirmed just as room was made is moot.
         if let verdict = deadlockWatch?.verdict, !lock.withLock({ state.hasRoom(for: count) }) {
-            reportNoRoomEver(verdict.reason)
-            return false
+            return reportNoRoomEver(verdict.reason)
         }
-        return true
+        return nil
     }
 
     /// Reports an add that waits for room that can never come (`reason`:
     /// the wait's verdict).
-    func reportNoRoomEver(_ reason: String) {
-        OperationMisuse.report(.waitDeadlock, subject: .queue(self), "is full (pending limit) and the add can never proceed: it \(reason) The operations were not added.")
+    @discardableResult
+    func reportNoRoomEver(_ reason: String) -> OperationMisuse {
+        OperationMisuse.reportReturning(.waitDeadlock, subject: .queue(self), "is full (pending limit) and the add can never proceed: it \(reason) The operations were not added.")
     }
 }
 
