@@ -61,6 +61,18 @@ final class AsyncGate: Sendable {
         return true
     }
 
+    /// Suspends until opened or `seconds` pass, checking every 10 ms;
+    /// returns whether it opened. Unlike `opened()` under `withTimeLimit`,
+    /// it ends without being cancelled when the gate never opens.
+    func opened(within seconds: Double) async -> Bool {
+        let deadline = ContinuousClock.now + .milliseconds(Int(seconds * 1000))
+        while !isOpen {
+            if ContinuousClock.now >= deadline { return false }
+            try? await Task.sleep(for: .milliseconds(10))
+        }
+        return true
+    }
+
     /// Suspends until opened. Bound it with `withTimeLimit`.
     func opened() async {
         await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in

@@ -155,8 +155,10 @@ struct OperationTaskContext: Sendable {
     let queue: OperationQueue?
     /// The body's task: holding its cancellation keeps the task object (and
     /// so its address, which `own` compares) alive as long as any task
-    /// carries this context.
-    let body: AsyncBodyCancellation
+    /// carries this context. Nil for an ``AsyncOperation``'s `execute()`,
+    /// which runs on a thread: tasks it creates inherit the context, and
+    /// none of them is the body's own.
+    let body: AsyncBodyCancellation?
 
     @TaskLocal static var current: OperationTaskContext?
 
@@ -182,7 +184,7 @@ struct OperationTaskContext: Sendable {
     /// The context, if the calling task is the body's own task and its
     /// operation has not finished; nil in tasks the body created.
     static var own: OperationTaskContext? {
-        guard let context = inherited, context.body.taskIdentity == currentTaskIdentity else { return nil }
+        guard let context = inherited, let body = context.body, body.taskIdentity == currentTaskIdentity else { return nil }
         return context
     }
 

@@ -123,15 +123,14 @@ extension Operation {
         }
         var tokens: [KeyValueObservation] = []
         var registry: ObservationRegistry?
+        let sink = StateChangeSink(continuation)
         for key in StateChange.Key.allCases {
             let entry = ObserverEntry<Operation, Bool>(
                 key: key.rawValue,
                 options: [.old, .new],
                 read: { $0.valueForObservedKey(key.rawValue) as? Bool ?? false },
                 handler: { _, change in
-                    let change = StateChange(key: key, oldValue: change.oldValue ?? false, newValue: change.newValue ?? false)
-                    continuation.yield(change)
-                    if key == .isFinished, change.newValue { continuation.finish() }
+                    sink.deliver(StateChange(key: key, oldValue: change.oldValue ?? false, newValue: change.newValue ?? false))
                 }
             )
             let registered = registerObserver(entry)
@@ -139,15 +138,51 @@ extension Operation {
             tokens.append(KeyValueObservation(registry: registered, entry: entry))
         }
         // An operation deinitialized before it finished ends the stream too.
-        let endKey = registry?.onOwnerDeinitialized { continuation.finish() }
+        let endKey = registry?.onOwnerDeinitialized { sink.end() }
         let held = ObservationBag(tokens)
         continuation.onTermination = { [weak registry] _ in
             held.invalidate()
             if let endKey { registry?.removeOwnerHandler(endKey) }
         }
         // Finished between the check above and the registration.
-        if loadState().isFinished { continuation.finish() }
+        if loadState().isFinished { sink.end() }
         return stream
+    }
+}
+
+/// Delivers one `stateChanges` subscription's changes, so that nothing
+/// follows the change that ends it: handlers on other threads (a `cancel()`
+/// racing the finish) yield either before `isFinished` becomes true, or not
+/// at all.
+final class StateChangeSink: @unchecked Sendable {
+    // @unchecked Sendable: `ended` is read and written only while `lock` is
+    // held; the continuation is Sendable.
+    private let lock = PlatformLock()
+    private var ended = false
+    private let continuation: AsyncStream<Operation.StateChange>.Continuation
+
+    init(_ continuation: AsyncStream<Operation.StateChange>.Continuation) {
+        self.continuation = continuation
+    }
+
+    /// Yields `change` unless the stream has ended; ends it after
+    /// `isFinished` becomes true. Buffering a change runs no user code.
+    func deliver(_ change: Operation.StateChange) {
+        let ends = lock.withLock { () -> Bool in
+            guard !ended else { return false }
+            continuation.yield(change)
+            if change.key == .isFinished, change.newValue { ended = true }
+            return ended
+        }
+        // Outside the lock: ending runs the stream's termination handler.
+        if ends { continuation.finish() }
+    }
+
+    /// Ends the stream (the operation finished before the subscription saw
+    /// it, or was deinitialized).
+    func end() {
+        lock.withLock { ended = true }
+        continuation.finish()
     }
 }
 

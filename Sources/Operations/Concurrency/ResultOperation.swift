@@ -315,6 +315,11 @@ open class ResultOperation<Success: Sendable, Failure: Error>: Operation, @unche
         complete(with: outcome, inputs: operations)
     }
 
+    override func discardUnrunBody() {
+        let body = takeBody()
+        withExtendedLifetime(body) {}
+    }
+
     private func takeBody() -> Body? {
         withStateLock { _ in
             defer { body = nil }

@@ -26,7 +26,7 @@
 /// work.
 open class AsyncOperation: Operation, @unchecked Sendable {
     // @unchecked Sendable: `body` is set in `init` and read once in
-    // `execute()`, then cleared under the state lock bit.
+    // `execute()` (or dropped unrun), then cleared under the state lock bit.
     private final var body: (@Sendable (AsyncOperation) -> Void)?
 
     /// Creates an operation for a subclass that overrides ``execute()``.
@@ -49,13 +49,32 @@ open class AsyncOperation: Operation, @unchecked Sendable {
     /// stays executing until ``finish()``.
     override func runBody() -> BodyOutcome {
         guard loadState().hasCustomThreadPriority else {
-            withCarriedContext { execute() }
+            withCarriedContext { executeAsQueueWork() }
             return .continues
         }
         let change = ThreadPriorityChange.apply(threadPriority)
-        withCarriedContext { execute() }
+        withCarriedContext { executeAsQueueWork() }
         change?.restore()
         return .continues
+    }
+
+    /// Runs ``execute()`` so that the tasks it creates (the usual way to
+    /// finish later) count as this operation's work until it finishes, as
+    /// those of an `async` body do: what they add to its queue is not held
+    /// back by the pending limit, and `OperationQueue.current` is the queue.
+    private func executeAsQueueWork() {
+        let queue = ThreadContext.withCurrent { $0.queue }
+        OperationTaskContext.$current.withValue(OperationTaskContext(operation: self, queue: queue, body: nil)) {
+            execute()
+        }
+    }
+
+    override func discardUnrunBody() {
+        let block = withStateLock { _ -> (@Sendable (AsyncOperation) -> Void)? in
+            defer { body = nil }
+            return body
+        }
+        withExtendedLifetime(block) {}
     }
 
     /// The work. The default runs the block given to ``init(block:)``.
@@ -76,6 +95,12 @@ open class AsyncOperation: Operation, @unchecked Sendable {
     /// Marks the operation finished: dependents are released, its queue
     /// frees the slot, the completion block runs and waiters wake.
     ///
+    /// Called from a task (on Swift's cooperative pool), for an operation
+    /// with a completion block, only the first step happens before it
+    /// returns (``Operation/isFinished`` reads true); the rest, with the
+    /// completion block, runs on a worker of the operation pool, where a
+    /// blocking wait cannot starve the tasks it may wait for.
+    ///
     /// Calling it again does nothing, even from another thread at the same
     /// time or from an observer of the first call's change: one call ends
     /// the body and announces it. Calling it before the operation
@@ -94,6 +119,17 @@ open class AsyncOperation: Operation, @unchecked Sendable {
         // same time on another thread or from an observer of the first
         // call's announcement, does nothing.
         guard state.isBaseExecuting, withStateLock({ $0.claimBodyEnd() }) else { return }
-        withThreadContext { bodyDidFinish(wasExecuting: true, announced: false) }?.run()
+        guard let plan = withThreadContext({ bodyDidFinish(wasExecuting: true, announced: false) }) else { return }
+        if plan.hasUserTail, !plan.announces, !AsyncBodyTask.callerIsOutsideTasks {
+            // Called from a task, on a thread of Swift's cooperative pool:
+            // the completion block, synchronous code that may block, runs on
+            // a worker of the operation pool, which makes up for blocked
+            // workers, as an `async` body's does. The operation is finished
+            // already. (Observers of `isExecuting`/`isFinished` hear both
+            // halves of the change on this thread, as they hear the first.)
+            WorkerPool.shared.submit(FinishPlanJob(plan), qos: state.qosIndex)
+        } else {
+            plan.run()
+        }
     }
 }

@@ -53,12 +53,18 @@ open class BlockOperation: Operation, @unchecked Sendable {
         }
     }
 
-    /// The blocks, in the order they were added. Empty once they have run.
+    /// The blocks, in the order they were added. Empty once they have run,
+    /// or once the operation, cancelled, finished without running them.
     open var executionBlocks: [@Sendable () -> Void] {
         withStateLock { _ in
             guard let firstBlock else { return [] }
             return [firstBlock] + (extras?.moreBlocks ?? [])
         }
+    }
+
+    override func discardUnrunBody() {
+        let blocks = withStateLock { _ in takeBlocksLocked() }
+        withExtendedLifetime(blocks) {}
     }
 
     /// Runs the blocks and returns when all of them have finished.

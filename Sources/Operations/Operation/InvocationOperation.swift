@@ -55,6 +55,14 @@ open class InvocationOperation: Operation, @unchecked Sendable {
         super.init()
     }
 
+    override func discardUnrunBody() {
+        let call = withStateLock { _ -> (@Sendable () -> (any Sendable)?)? in
+            defer { invocation = nil }
+            return invocation
+        }
+        withExtendedLifetime(call) {}
+    }
+
     /// Calls the method and stores its result.
     open override func main() {
         let call = withStateLock { _ -> (@Sendable () -> (any Sendable)?)? in

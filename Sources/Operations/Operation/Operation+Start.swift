@@ -119,6 +119,7 @@ extension Operation {
             return runBodyAndFinish()
         case .skipCancelled:
             // Only when "will isFinished" was the announcement (or none was).
+            discardUnrunBody()
             return bodyDidFinish(wasExecuting: false, announced: observed)
         case .alreadyExecuting, .alreadyFinished:
             if observed { notifyDidChange(predicted) }

@@ -321,7 +321,10 @@ open class Operation: @unchecked Sendable {
     ///
     /// It runs on the thread that finished the operation, after dependents
     /// have been released and the operation has left its queue, and before
-    /// ``waitUntilFinished()`` returns. It is released as soon as it has
+    /// ``waitUntilFinished()`` returns. When that thread belongs to Swift's
+    /// cooperative pool (an `async` body, or ``AsyncOperation/finish()``
+    /// called from a task), it runs on a worker of the operation pool
+    /// instead, where it may block without starving tasks. It is released as soon as it has
     /// run, so a block that captures its own operation does not leak.
     ///
     /// Set it before the operation starts. Setting a block on an operation
@@ -415,6 +418,13 @@ open class Operation: @unchecked Sendable {
         runMainWithThreadPriority()
         return .finished
     }
+
+    /// The base start skipped the body (the operation was cancelled): the
+    /// library's subclasses let go of the work they will never run, so that
+    /// what it captures (possibly the operation itself) does not live as
+    /// long as the operation. Call with no lock held; the work is released
+    /// here, after unlocking.
+    func discardUnrunBody() {}
 
     /// Operations a subclass holds as inputs that it lets go of when it
     /// finishes (`ResultOperation`'s, when its body never ran): removed from

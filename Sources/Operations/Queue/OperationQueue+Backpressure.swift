@@ -22,8 +22,10 @@ extension OperationQueue {
     ///
     /// A batch larger than the limit is accepted when the queue is empty, so
     /// that it cannot wait forever. Adds made from inside the queue's own
-    /// work (operation bodies, `async` bodies, completion blocks, observers)
-    /// are never held back (they could wait for themselves), so such adds
+    /// work (operation bodies, `async` bodies and the tasks they create,
+    /// tasks created by an ``AsyncOperation``'s `execute()` until it
+    /// finishes, completion blocks, observers) are never held back (they
+    /// could wait for themselves), so such adds
     /// can exceed the bound. Lowering the limit below the current count
     /// affects only later adds. When room is made, every waiting add that
     /// now fits goes ahead, in arrival order: a batch that does not fit yet
