@@ -110,7 +110,7 @@ struct AsyncSurfaceRegressionTests {
     }
 
     @Test("the description of a failure propagated along a long chain is short and does not recurse")
-    func longChainDescription() {
+    func longChainDescription() async throws {
         struct Offline: Error {}
         let queue = makeQueue("failure-chain")
         let download = ResultOperation<Int, any Error> { throw Offline() }
@@ -124,8 +124,11 @@ struct AsyncSurfaceRegressionTests {
             step.addDependency(steps[steps.count - 1])
             steps.append(step)
         }
-        queue.addOperations(steps, waitUntilFinished: false)
-        #expect(queue.waitUntilAllOperationsAreFinished(timeout: .seconds(60)))
+        // Awaited, not blocked on: a thread of the cooperative pool stays
+        // free for other tests while the chain runs (slowly, under the
+        // sanitizers).
+        await queue.addOperations(steps)
+        try await withTimeLimit(300) { await queue.drained() }
         guard let failure = steps[steps.count - 1].failure else {
             Issue.record("the last step has no failure")
             return
@@ -199,8 +202,16 @@ struct AsyncSurfaceRegressionTests {
         let queue = makeQueue("state-stream-race")
         var late: [[String]] = []
         // The race is narrow (a few in ten thousand before the fix): many
-        // rounds, each one bounded.
-        for _ in 0..<20_000 {
+        // rounds, each one bounded, for at most about three seconds, since
+        // this test holds a thread of the cooperative pool (two on this
+        // machine) while it runs, and the sanitizers slow each round down
+        // by an order of magnitude. Two long-lived threads race the calls,
+        // round after round: much cheaper per round than starting threads.
+        let racer = RacingThreads()
+        defer { racer.stop() }
+        let clock = ContinuousClock()
+        let end = clock.now + .seconds(3)
+        for _ in 0..<100_000 where clock.now < end {
             let started = Gate()
             let operation = AsyncOperation { _ in started.open() }
             let changes = operation.stateChanges
@@ -209,20 +220,7 @@ struct AsyncSurfaceRegressionTests {
                 Issue.record("the operation did not start")
                 return
             }
-            let go = Atomic<Bool>(false)
-            let done = Latch(count: 2)
-            spawnThread {
-                while !go.load(ordering: .acquiring) {}
-                operation.cancel()
-                done.countDown()
-            }
-            spawnThread {
-                while !go.load(ordering: .acquiring) {}
-                operation.finish()
-                done.countDown()
-            }
-            go.store(true, ordering: .releasing)
-            guard done.wait(timeout: patience) else {
+            guard racer.race({ operation.cancel() }, { operation.finish() }) else {
                 Issue.record("cancel() or finish() did not return")
                 return
             }
@@ -287,5 +285,59 @@ struct AsyncSurfaceRegressionTests {
         queue.isSuspended = false
         #expect(queue.waitUntilAllOperationsAreFinished(timeout: patience))
         #expect(waitUntil { weakOperation?.isReleased == true }, "the block and the operation kept each other alive")
+    }
+}
+
+/// Two threads that each run one closure per round, released at the same
+/// moment (both spin on one atomic), for races that must be tried many
+/// times.
+private final class RacingThreads: Sendable {
+    private let rounds = [DispatchSemaphore(value: 0), DispatchSemaphore(value: 0)]
+    private let returned = DispatchSemaphore(value: 0)
+    private let ready = Atomic<Int>(0)
+    private let released = Atomic<Int>(0)
+    private let stopping = Atomic<Bool>(false)
+    private let actions = LockedValue<[(@Sendable () -> Void)?]>([nil, nil])
+
+    init() {
+        for side in 0..<2 { spawnThread { [self] in loop(side) } }
+    }
+
+    private func loop(_ side: Int) {
+        var round = 0
+        while true {
+            rounds[side].wait()
+            if stopping.load(ordering: .acquiring) { break }
+            round += 1
+            let action = actions.withLock { $0[side] }
+            ready.add(1, ordering: .acquiringAndReleasing)
+            while released.load(ordering: .acquiring) < round {}
+            action?()
+            returned.signal()
+        }
+        returned.signal()
+    }
+
+    /// Runs `first` and `second` at once, one on each thread. Returns
+    /// whether both returned in time.
+    func race(_ first: @escaping @Sendable () -> Void, _ second: @escaping @Sendable () -> Void) -> Bool {
+        actions.withLock { $0 = [first, second] }
+        ready.store(0, ordering: .releasing)
+        for round in rounds { round.signal() }
+        let deadline = ContinuousClock.now + patience
+        while ready.load(ordering: .acquiring) < 2 {
+            if ContinuousClock.now >= deadline { return false }
+            sched_yield()
+        }
+        released.add(1, ordering: .acquiringAndReleasing)
+        return (0..<2).allSatisfy { _ in returned.wait(timeout: .now() + 10) == .success }
+    }
+
+    /// Ends both threads.
+    func stop() {
+        stopping.store(true, ordering: .releasing)
+        released.store(Int.max, ordering: .releasing)
+        for round in rounds { round.signal() }
+        for _ in 0..<2 { _ = returned.wait(timeout: .now() + 10) }
     }
 }
