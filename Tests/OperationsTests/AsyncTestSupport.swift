@@ -35,6 +35,18 @@ func withTimeLimit<T: Sendable>(
     }
 }
 
+/// Suspends until `condition` holds or `seconds` pass, checking every
+/// 10 ms; returns whether it held. The `async` counterpart of `waitUntil`:
+/// it holds no thread of the cooperative pool while it waits.
+func waitUntilAsync(seconds: Double = 10, _ condition: () -> Bool) async -> Bool {
+    let deadline = ContinuousClock.now + .milliseconds(Int(seconds * 1000))
+    while !condition() {
+        if ContinuousClock.now >= deadline { return false }
+        try? await Task.sleep(for: .milliseconds(10))
+    }
+    return true
+}
+
 /// A one-shot gate that sync and async code can wait on.
 final class AsyncGate: Sendable {
     private let state = LockedValue<(opened: Bool, waiters: [CheckedContinuation<Void, Never>])>((false, []))

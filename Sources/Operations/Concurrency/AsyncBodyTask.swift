@@ -151,14 +151,40 @@ final class AsyncBodyCancellation: @unchecked Sendable {
 ///   its own operation is therefore not recognised (it hangs, as in
 ///   Foundation, and the hang report names it).
 struct OperationTaskContext: Sendable {
-    let operation: Operation
-    let queue: OperationQueue?
+    /// An `async` body's operation and queue.
+    private let bodyOperation: Operation?
+    private let bodyQueue: OperationQueue?
+    /// An ``AsyncOperation``'s `execute()`: its operation and queue, held
+    /// only until the operation finishes (tasks it creates may outlive it).
+    private let scope: ExecuteScope?
     /// The body's task: holding its cancellation keeps the task object (and
     /// so its address, which `own` compares) alive as long as any task
     /// carries this context. Nil for an ``AsyncOperation``'s `execute()`,
     /// which runs on a thread: tasks it creates inherit the context, and
     /// none of them is the body's own.
     let body: AsyncBodyCancellation?
+
+    /// The context of an `async` body.
+    init(operation: Operation, queue: OperationQueue?, body: AsyncBodyCancellation) {
+        bodyOperation = operation
+        bodyQueue = queue
+        scope = nil
+        self.body = body
+    }
+
+    /// The context of an ``AsyncOperation``'s `execute()`.
+    init(scope: ExecuteScope) {
+        bodyOperation = nil
+        bodyQueue = nil
+        self.scope = scope
+        body = nil
+    }
+
+    /// The operation, or nil once an `execute()` scope has ended.
+    var operation: Operation? { scope.map { $0.operation } ?? bodyOperation }
+
+    /// The operation's queue, if it has one (and the scope has not ended).
+    var queue: OperationQueue? { scope.map { $0.queue } ?? bodyQueue }
 
     @TaskLocal static var current: OperationTaskContext?
 
@@ -177,7 +203,7 @@ struct OperationTaskContext: Sendable {
     /// The context of the body or of a task it created, while the operation
     /// has not finished.
     static var inherited: OperationTaskContext? {
-        guard let context = current, !context.operation.loadState().isFinished else { return nil }
+        guard let context = current, let operation = context.operation, !operation.loadState().isFinished else { return nil }
         return context
     }
 
@@ -190,4 +216,31 @@ struct OperationTaskContext: Sendable {
 
     /// The operation whose `async` body the calling task is running, if any.
     static var ownOperation: Operation? { own?.operation }
+}
+
+/// The operation and queue of an ``AsyncOperation``'s `execute()`, as seen
+/// by the tasks it creates: held until the operation finishes, then let go,
+/// so that a task that outlives the operation keeps neither alive.
+final class ExecuteScope: @unchecked Sendable {
+    // @unchecked Sendable: `held` is read and written only while `lock` is
+    // held.
+    private let lock = PlatformLock()
+    private var held: (operation: Operation, queue: OperationQueue?)?
+
+    init(operation: Operation, queue: OperationQueue?) {
+        held = (operation, queue)
+    }
+
+    var operation: Operation? { lock.withLock { held?.operation } }
+    var queue: OperationQueue? { lock.withLock { held?.queue } }
+
+    /// Lets go of the operation and queue (the operation finished).
+    func end() {
+        let dropped = lock.withLock { () -> (operation: Operation, queue: OperationQueue?)? in
+            defer { held = nil }
+            return held
+        }
+        // Released here, after unlocking.
+        withExtendedLifetime(dropped) {}
+    }
 }

@@ -144,8 +144,9 @@ extension Operation {
             held.invalidate()
             if let endKey { registry?.removeOwnerHandler(endKey) }
         }
-        // Finished between the check above and the registration.
-        if loadState().isFinished { sink.end() }
+        // Finished between the check above and the registration: the
+        // stream ends with `isFinished` if it heard part of the finish.
+        if loadState().isFinished { sink.endFinished() }
         return stream
     }
 }
@@ -159,6 +160,8 @@ final class StateChangeSink: @unchecked Sendable {
     // held; the continuation is Sendable.
     private let lock = PlatformLock()
     private var ended = false
+    /// Whether a change was yielded.
+    private var yielded = false
     private let continuation: AsyncStream<Operation.StateChange>.Continuation
 
     init(_ continuation: AsyncStream<Operation.StateChange>.Continuation) {
@@ -171,6 +174,7 @@ final class StateChangeSink: @unchecked Sendable {
         let ends = lock.withLock { () -> Bool in
             guard !ended else { return false }
             continuation.yield(change)
+            yielded = true
             if change.key == .isFinished, change.newValue { ended = true }
             return ended
         }
@@ -178,10 +182,23 @@ final class StateChangeSink: @unchecked Sendable {
         if ends { continuation.finish() }
     }
 
-    /// Ends the stream (the operation finished before the subscription saw
-    /// it, or was deinitialized).
+    /// Ends the stream (the operation was deinitialized without finishing).
     func end() {
         lock.withLock { ended = true }
+        continuation.finish()
+    }
+
+    /// Ends the stream of an operation that finished while the subscription
+    /// was being set up. A stream that heard part of the finish (the
+    /// `isExecuting` change) but not the `isFinished` change, which came
+    /// before its observer was registered, gets that change last; one that
+    /// heard nothing stays empty, as for an operation already finished.
+    func endFinished() {
+        lock.withLock {
+            guard !ended else { return }
+            if yielded { continuation.yield(Operation.StateChange(key: .isFinished, oldValue: false, newValue: true)) }
+            ended = true
+        }
         continuation.finish()
     }
 }

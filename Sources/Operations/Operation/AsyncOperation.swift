@@ -28,6 +28,10 @@ open class AsyncOperation: Operation, @unchecked Sendable {
     // @unchecked Sendable: `body` is set in `init` and read once in
     // `execute()` (or dropped unrun), then cleared under the state lock bit.
     private final var body: (@Sendable (AsyncOperation) -> Void)?
+    /// What the tasks that `execute()` creates see as their operation and
+    /// queue; ended by ``finish()``. Read and written under the state lock
+    /// bit.
+    private final var executeScope: ExecuteScope?
 
     /// Creates an operation for a subclass that overrides ``execute()``.
     public override init() {
@@ -63,8 +67,9 @@ open class AsyncOperation: Operation, @unchecked Sendable {
     /// those of an `async` body do: what they add to its queue is not held
     /// back by the pending limit, and `OperationQueue.current` is the queue.
     private func executeAsQueueWork() {
-        let queue = ThreadContext.withCurrent { $0.queue }
-        OperationTaskContext.$current.withValue(OperationTaskContext(operation: self, queue: queue, body: nil)) {
+        let scope = ExecuteScope(operation: self, queue: ThreadContext.withCurrent { $0.queue })
+        withStateLock { _ in executeScope = scope }
+        OperationTaskContext.$current.withValue(OperationTaskContext(scope: scope)) {
             execute()
         }
     }
@@ -99,7 +104,10 @@ open class AsyncOperation: Operation, @unchecked Sendable {
     /// with a completion block, only the first step happens before it
     /// returns (``Operation/isFinished`` reads true); the rest, with the
     /// completion block, runs on a worker of the operation pool, where a
-    /// blocking wait cannot starve the tasks it may wait for.
+    /// blocking wait cannot starve the tasks it may wait for. If the
+    /// operation has observers, the whole finish runs there, observers
+    /// included, and ``Operation/isFinished`` becomes true shortly after
+    /// the call returns.
     ///
     /// Calling it again does nothing, even from another thread at the same
     /// time or from an observer of the first call's change: one call ends
@@ -119,14 +127,29 @@ open class AsyncOperation: Operation, @unchecked Sendable {
         // same time on another thread or from an observer of the first
         // call's announcement, does nothing.
         guard state.isBaseExecuting, withStateLock({ $0.claimBodyEnd() }) else { return }
+        // The tasks `execute()` created no longer count as its work, and no
+        // longer hold the operation or its queue.
+        let scope = withStateLock { _ -> ExecuteScope? in
+            defer { executeScope = nil }
+            return executeScope
+        }
+        defer { scope?.end() }
+        if !AsyncBodyTask.callerIsOutsideTasks, loadState().isObserved {
+            // Called from a task, on a thread of Swift's cooperative pool,
+            // with observers: they and the completion block (synchronous
+            // code that may block) run on a worker of the operation pool,
+            // which makes up for blocked workers, as an `async` body's do;
+            // the whole finish moves there, so that observers hear both
+            // halves of each change on one thread.
+            WorkerPool.shared.submit(ClosureJob { [self] in
+                withThreadContext { bodyDidFinish(wasExecuting: true, announced: false) }?.run()
+            }, qos: state.qosIndex)
+            return
+        }
         guard let plan = withThreadContext({ bodyDidFinish(wasExecuting: true, announced: false) }) else { return }
-        if plan.hasUserTail, !plan.announces, !AsyncBodyTask.callerIsOutsideTasks {
-            // Called from a task, on a thread of Swift's cooperative pool:
-            // the completion block, synchronous code that may block, runs on
-            // a worker of the operation pool, which makes up for blocked
-            // workers, as an `async` body's does. The operation is finished
-            // already. (Observers of `isExecuting`/`isFinished` hear both
-            // halves of the change on this thread, as they hear the first.)
+        if plan.hasUserTail, !AsyncBodyTask.callerIsOutsideTasks {
+            // From a task, not observed: the operation is finished already;
+            // the rest, with the completion block, runs on a worker.
             WorkerPool.shared.submit(FinishPlanJob(plan), qos: state.qosIndex)
         } else {
             plan.run()

@@ -148,8 +148,8 @@ struct AsyncSurfaceRegressionTests {
     // of Swift's cooperative pool (two on this machine) while it waits, and
     // the tasks they start need one.
 
-    @Test("an AsyncOperation finished from a task runs its completion block off Swift's cooperative pool, where a blocking wait cannot starve it")
-    func finishFromTaskCompletionOffCooperativePool() async throws {
+    @Test("an AsyncOperation finished from a task runs its completion block off Swift's cooperative pool, where a blocking wait cannot starve it", arguments: [false, true])
+    func finishFromTaskCompletionOffCooperativePool(observed: Bool) async throws {
         let queue = makeQueue("finish-from-task")
         // One waiter per thread of the cooperative pool: each completion
         // block blocks until an operation whose async body needs that pool
@@ -158,6 +158,7 @@ struct AsyncSurfaceRegressionTests {
         let inTask = Recorder<Bool>()
         let waitedInTime = Recorder<Bool>()
         var operations: [Operation] = []
+        var observations: [KeyValueObservation] = []
         for _ in 0..<width {
             let target = ResultOperation<Int, Never> { () async -> Int in
                 await Task.yield()
@@ -170,10 +171,12 @@ struct AsyncSurfaceRegressionTests {
                 inTask.record(withUnsafeCurrentTask { $0 != nil })
                 waitedInTime.record(target.waitUntilFinished(timeout: patience))
             }
+            if observed { observations.append(waiter.observe(\.isFinished) { _, _ in }) }
             operations += [waiter, target]
         }
         queue.addOperations(operations, waitUntilFinished: false)
         try await withTimeLimit { await queue.drained() }
+        observations.forEach { $0.invalidate() }
         #expect(inTask.events == Array(repeating: false, count: width))
         #expect(waitedInTime.events == Array(repeating: true, count: width))
     }
@@ -285,6 +288,56 @@ struct AsyncSurfaceRegressionTests {
         queue.isSuspended = false
         #expect(queue.waitUntilAllOperationsAreFinished(timeout: patience))
         #expect(waitUntil { weakOperation?.isReleased == true }, "the block and the operation kept each other alive")
+    }
+
+    @Test("tasks created by execute() hold neither the AsyncOperation nor its queue once it has finished")
+    func executeTasksDoNotKeepOperationAlive() async throws {
+        let release = AsyncGate()
+        let taskEnded = AsyncGate()
+        var weakOperation: WeakReference<AsyncOperation>?
+        var weakQueue: WeakReference<OperationQueue>?
+        do {
+            let queue = makeQueue("execute-task-lifetime")
+            let operation = AsyncOperation { operation in
+                Task {
+                    await release.opened()
+                    taskEnded.open()
+                }
+                operation.finish()
+            }
+            weakOperation = WeakReference(operation)
+            weakQueue = WeakReference(queue)
+            await queue.addOperation(operation)
+            try await withTimeLimit { await queue.drained() }
+        }
+        let freed = await waitUntilAsync { weakOperation?.isReleased == true && weakQueue?.isReleased == true }
+        release.open()
+        #expect(freed, "operation released: \(weakOperation?.isReleased == true), queue released: \(weakQueue?.isReleased == true)")
+        #expect(await taskEnded.opened(within: 30))
+    }
+
+    @Test("a stateChanges stream taken while the operation finishes either stays empty or ends with isFinished")
+    func stateChangesTakenDuringFinish() async {
+        let racer = RacingThreads()
+        defer { racer.stop() }
+        var broken: [[String]] = []
+        let clock = ContinuousClock()
+        let end = clock.now + .seconds(3)
+        for _ in 0..<100_000 where clock.now < end {
+            let operation = AsyncOperation { _ in }
+            operation.start()
+            let streams = LockedValue<[AsyncStream<Operation.StateChange>]>([])
+            guard racer.race({ for _ in 0..<8 { let stream = operation.stateChanges; streams.withLock { $0.append(stream) } } }, { operation.finish() }) else {
+                Issue.record("stateChanges or finish() did not return")
+                return
+            }
+            for stream in streams.withLock({ $0 }) {
+                var seen: [String] = []
+                for await change in stream { seen.append(change.description) }
+                if !seen.isEmpty, seen.last != "isFinished NO→YES" { broken.append(seen) }
+            }
+        }
+        #expect(broken.isEmpty, "\(broken.count) streams heard part of the finish but not isFinished, e.g. \(broken.first ?? [])")
     }
 }
 
