@@ -77,12 +77,7 @@ final class AsyncGate: Sendable {
     /// returns whether it opened. Unlike `opened()` under `withTimeLimit`,
     /// it ends without being cancelled when the gate never opens.
     func opened(within seconds: Double) async -> Bool {
-        let deadline = ContinuousClock.now + .milliseconds(Int(seconds * 1000))
-        while !isOpen {
-            if ContinuousClock.now >= deadline { return false }
-            try? await Task.sleep(for: .milliseconds(10))
-        }
-        return true
+        await waitUntilAsync(seconds: seconds) { isOpen }
     }
 
     /// Suspends until opened. Bound it with `withTimeLimit`.

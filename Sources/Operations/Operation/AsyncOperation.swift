@@ -75,22 +75,23 @@ open class AsyncOperation: Operation, @unchecked Sendable {
     }
 
     override func discardUnrunBody() {
-        let block = withStateLock { _ -> (@Sendable (AsyncOperation) -> Void)? in
+        withExtendedLifetime(takeBody()) {}
+    }
+
+    /// Takes the block given to ``init(block:)``, once. The caller runs or
+    /// drops it after unlocking.
+    private func takeBody() -> (@Sendable (AsyncOperation) -> Void)? {
+        withStateLock { _ in
             defer { body = nil }
             return body
         }
-        withExtendedLifetime(block) {}
     }
 
     /// The work. The default runs the block given to ``init(block:)``.
     /// Override it in a subclass; call ``finish()`` when the work is done,
     /// from any thread, now or later.
     open func execute() {
-        let block = withStateLock { _ -> (@Sendable (AsyncOperation) -> Void)? in
-            defer { body = nil }
-            return body
-        }
-        if let block {
+        if let block = takeBody() {
             block(self)
         } else {
             finish()
@@ -134,7 +135,8 @@ open class AsyncOperation: Operation, @unchecked Sendable {
             return executeScope
         }
         defer { scope?.end() }
-        if !AsyncBodyTask.callerIsOutsideTasks, loadState().isObserved {
+        let inTask = !AsyncBodyTask.callerIsOutsideTasks
+        if inTask, loadState().isObserved {
             // Called from a task, on a thread of Swift's cooperative pool,
             // with observers: they and the completion block (synchronous
             // code that may block) run on a worker of the operation pool,
@@ -147,7 +149,7 @@ open class AsyncOperation: Operation, @unchecked Sendable {
             return
         }
         guard let plan = withThreadContext({ bodyDidFinish(wasExecuting: true, announced: false) }) else { return }
-        if plan.hasUserTail, !AsyncBodyTask.callerIsOutsideTasks {
+        if inTask, plan.hasUserTail {
             // From a task, not observed: the operation is finished already;
             // the rest, with the completion block, runs on a worker.
             WorkerPool.shared.submit(FinishPlanJob(plan), qos: state.qosIndex)

@@ -56,20 +56,21 @@ open class InvocationOperation: Operation, @unchecked Sendable {
     }
 
     override func discardUnrunBody() {
-        let call = withStateLock { _ -> (@Sendable () -> (any Sendable)?)? in
+        withExtendedLifetime(takeInvocation()) {}
+    }
+
+    /// Takes the invocation, once. The caller calls or drops it after
+    /// unlocking.
+    private func takeInvocation() -> (@Sendable () -> (any Sendable)?)? {
+        withStateLock { _ in
             defer { invocation = nil }
             return invocation
         }
-        withExtendedLifetime(call) {}
     }
 
     /// Calls the method and stores its result.
     open override func main() {
-        let call = withStateLock { _ -> (@Sendable () -> (any Sendable)?)? in
-            defer { invocation = nil }
-            return invocation
-        }
-        guard let call else { return }
+        guard let call = takeInvocation() else { return }
         let value = call()
         withStateLock { _ in storedResult = value }
     }

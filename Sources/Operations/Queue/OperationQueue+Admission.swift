@@ -30,17 +30,10 @@ extension OperationQueue {
             admit(CollectionOfOne(operation), mode: .synchronous)
             return
         }
-        if OperationContextPropagation.isActive, operation.captureContextIfNeeded() {
-            defer { operation.discardContextUnlessIn(self) }
-            admitOneCaptured(operation)
-            return
-        }
-        admitOneCaptured(operation)
-    }
-
-    /// `admitOne`, once the context is captured.
-    @inline(__always)
-    private func admitOneCaptured(_ operation: Operation) {
+        // An add that does not give the operation to this queue gives back
+        // the context it captured.
+        let captured = OperationContextPropagation.isActive && operation.captureContextIfNeeded()
+        defer { if captured { operation.discardContextUnlessIn(self) } }
         let isObserved = observed.load(ordering: .relaxed)
         if isObserved { notifyWillChange(Self.contentKeys) }
         defer { if isObserved { notifyDidChange(Self.contentKeys) } }
