@@ -69,7 +69,9 @@ enum AsyncBodyTask {
 /// at any moment: before the task starts, while it runs its first part on
 /// the starting thread (inside `Task.immediate`, before a handle exists),
 /// and afterwards. Also records the task's identity (see
-/// `OperationTaskContext.own`).
+/// `OperationTaskContext.own`), and holds the body's operation and queue
+/// for the tasks the body creates until the body returns (`endScope()`):
+/// an unstructured task that outlives the body keeps neither alive.
 ///
 /// The task records itself first thing (`attachCurrentTask`); the starting
 /// thread stores the handle once the task is created (`holdHandle`). A
@@ -89,6 +91,28 @@ final class AsyncBodyCancellation: @unchecked Sendable {
     private var handle: Task<Void, Never>?
     private var requested = false
     private var identity: UInt = 0
+    private var held: (operation: Operation, queue: OperationQueue?)?
+
+    /// A bridge for a body that runs for `operation` in `queue`.
+    init(operation: Operation, queue: OperationQueue?) {
+        held = (operation, queue)
+    }
+
+    /// The body's operation, or nil once the body has returned.
+    var operation: Operation? { lock.withLock { held?.operation } }
+
+    /// The body's queue, or nil once the body has returned (or if it has none).
+    var queue: OperationQueue? { lock.withLock { held?.queue } }
+
+    /// Lets go of the operation and queue: the body has returned.
+    func endScope() {
+        let dropped = lock.withLock { () -> (operation: Operation, queue: OperationQueue?)? in
+            defer { held = nil }
+            return held
+        }
+        // Released here, after unlocking.
+        withExtendedLifetime(dropped) {}
+    }
 
     /// The identity of the body's task (0 until it has started).
     var taskIdentity: UInt { lock.withLock { identity } }
@@ -151,40 +175,35 @@ final class AsyncBodyCancellation: @unchecked Sendable {
 ///   its own operation is therefore not recognised (it hangs, as in
 ///   Foundation, and the hang report names it).
 struct OperationTaskContext: Sendable {
-    /// An `async` body's operation and queue.
-    private let bodyOperation: Operation?
-    private let bodyQueue: OperationQueue?
     /// An ``AsyncOperation``'s `execute()`: its operation and queue, held
     /// only until the operation finishes (tasks it creates may outlive it).
     private let scope: ExecuteScope?
     /// The body's task: holding its cancellation keeps the task object (and
     /// so its address, which `own` compares) alive as long as any task
-    /// carries this context. Nil for an ``AsyncOperation``'s `execute()`,
-    /// which runs on a thread: tasks it creates inherit the context, and
-    /// none of them is the body's own.
+    /// carries this context. It also holds the body's operation and queue,
+    /// until the body returns (tasks it creates may outlive it). Nil for an
+    /// ``AsyncOperation``'s `execute()`, which runs on a thread: tasks it
+    /// creates inherit the context, and none of them is the body's own.
     let body: AsyncBodyCancellation?
 
-    /// The context of an `async` body.
-    init(operation: Operation, queue: OperationQueue?, body: AsyncBodyCancellation) {
-        bodyOperation = operation
-        bodyQueue = queue
+    /// The context of an `async` body (its operation and queue are `body`'s).
+    init(body: AsyncBodyCancellation) {
         scope = nil
         self.body = body
     }
 
     /// The context of an ``AsyncOperation``'s `execute()`.
     init(scope: ExecuteScope) {
-        bodyOperation = nil
-        bodyQueue = nil
         self.scope = scope
         body = nil
     }
 
-    /// The operation, or nil once an `execute()` scope has ended.
-    var operation: Operation? { scope.map { $0.operation } ?? bodyOperation }
+    /// The operation, or nil once its body has returned or its `execute()`
+    /// scope has ended.
+    var operation: Operation? { scope.map { $0.operation } ?? body?.operation }
 
     /// The operation's queue, if it has one (and the scope has not ended).
-    var queue: OperationQueue? { scope.map { $0.queue } ?? bodyQueue }
+    var queue: OperationQueue? { scope.map { $0.queue } ?? body?.queue }
 
     @TaskLocal static var current: OperationTaskContext?
 

@@ -209,7 +209,7 @@ open class ResultOperation<Success: Sendable, Failure: Error>: Operation, @unche
         // Registered before the task starts: with `Task.immediate` the body
         // runs its first part inside `start`, before a handle exists, and a
         // cancellation meanwhile must reach it (`AsyncBodyCancellation`).
-        let cancellation = AsyncBodyCancellation()
+        let cancellation = AsyncBodyCancellation(operation: self, queue: queue)
         let cancelNow = withStateLock { state -> Bool in
             if state.isFinished { return false }
             if state.isCancelled || state.hasHandledCancellation { return true }
@@ -219,14 +219,16 @@ open class ResultOperation<Success: Sendable, Failure: Error>: Operation, @unche
         if cancelNow { cancellation.cancel() }
         let run: @Sendable () async -> Void = { [self] in
             cancellation.attachCurrentTask()
-            let outcome = await OperationTaskContext.$current.withValue(
-                OperationTaskContext(operation: self, queue: queue, body: cancellation)
-            ) { () async -> ResultOutcome? in
+            let outcome = await OperationTaskContext.$current.withValue(OperationTaskContext(body: cancellation)) {
+                () async -> ResultOutcome? in
                 guard let carried else { return await Self.runAsync(work, inputs: operations) }
                 var outcome: ResultOutcome?
                 await carried.run { outcome = await Self.runAsync(work, inputs: operations) }
                 return outcome
             }
+            // Tasks the body created may outlive it: they no longer see (or
+            // keep alive) this operation and its queue.
+            cancellation.endScope()
             self.complete(with: outcome, inputs: operations)
             if AsyncBodyTask.returnedInline(self) {
                 // Still inside `Task.immediate` on the drain loop's thread:

@@ -448,9 +448,9 @@ open class OperationQueue: @unchecked Sendable {
     // MARK: Current and main
 
     /// The queue that is running the current operation (including inside
-    /// an `async` operation body and the tasks it creates, and the tasks an
-    /// ``AsyncOperation``'s `execute()` creates, while the operation has not
-    /// finished), or ``OperationQueue/main`` on the main
+    /// an `async` operation body and the tasks it creates, while the body
+    /// runs, and the tasks an ``AsyncOperation``'s `execute()` creates, while
+    /// the operation has not finished), or ``OperationQueue/main`` on the main
     /// thread, otherwise nil. As in Foundation, where completion blocks run
     /// outside the queue, it is nil inside a completion block (``main`` on
     /// the main thread).

@@ -319,6 +319,33 @@ struct AsyncSurfaceRegressionTests {
         #expect(await taskEnded.opened(within: 30))
     }
 
+    @Test("tasks created by a ResultOperation's async body hold neither the operation nor its queue once it has finished")
+    func asyncBodyTasksDoNotKeepOperationAlive() async throws {
+        let release = AsyncGate()
+        let taskEnded = AsyncGate()
+        var weakOperation: WeakReference<ResultOperation<Int, Never>>?
+        var weakQueue: WeakReference<OperationQueue>?
+        do {
+            let queue = makeQueue("async-body-task-lifetime")
+            let operation = ResultOperation { () async -> Int in
+                Task {
+                    await release.opened()
+                    taskEnded.open()
+                }
+                return 7
+            }
+            weakOperation = WeakReference(operation)
+            weakQueue = WeakReference(queue)
+            await queue.addOperation(operation)
+            try await withTimeLimit { await queue.drained() }
+            #expect(try await operation.value == 7)
+        }
+        let freed = await waitUntilAsync { weakOperation?.isReleased == true && weakQueue?.isReleased == true }
+        release.open()
+        #expect(freed, "operation released: \(weakOperation?.isReleased == true), queue released: \(weakQueue?.isReleased == true)")
+        #expect(await taskEnded.opened(within: 30))
+    }
+
     @Test("a stateChanges stream taken while the operation finishes either stays empty or ends with isFinished")
     func stateChangesTakenDuringFinish() async {
         let racer = RacingThreads()
