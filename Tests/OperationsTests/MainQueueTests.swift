@@ -23,6 +23,38 @@ struct MainQueueTests {
         #expect(meter.peak == 1)
     }
 
+    @Test("a main-thread queue run by a wait on the main thread tells its operationCount observers of each finish, as its drain does")
+    func mainThreadWaitAnnouncesOperationCount() {
+        // The main dispatch queue is held busy, so that only the wait below
+        // runs the queue's operations (not a drain posted to the main thread).
+        let mainBusy = Gate()
+        let releaseMain = Gate()
+        DispatchQueue.main.async {
+            mainBusy.open()
+            _ = releaseMain.wait(timeout: patience)
+        }
+        defer { releaseMain.open() }
+        #expect(mainBusy.wait(timeout: patience))
+        let queue = OperationQueue(mainThread: ())
+        let counts = Recorder<String>()
+        let token = queue.observe(key: "operationCount", options: [.new]) { _, change in
+            counts.record(String(describing: change.newValue ?? nil))
+        }
+        let ranOn = Recorder<Bool>()
+        for _ in 0..<2 {
+            queue.addOperation { ranOn.record(ThreadContext.current.isMainThread) }
+        }
+        let waited = completesInTime {
+            // This thread stands for the main thread: the wait runs the queue.
+            ThreadContext.current.isMainThread = true
+            queue.waitUntilAllOperationsAreFinished()
+        }
+        #expect(waited)
+        #expect(ranOn.events == [true, true], "the wait ran the operations")
+        #expect(counts.events == ["Optional(1)", "Optional(2)", "Optional(1)", "Optional(0)"])
+        token.invalidate()
+    }
+
     @Test("main's configuration is fixed, as in Foundation: suspension, name, quality of service, width and underlying queue are ignored, untold")
     func mainQueueSettings() {
         let main = OperationQueue.main

@@ -112,6 +112,11 @@ extension OperationQueue {
             context.queueReference = Unmanaged.passUnretained(self)
             var plan = operation.startFromQueue(customStart: customStart)
             context.queueReference = savedQueue
+            // As a drain loop does: the queue's observers hear the finished
+            // operation leave (`operationCount`, `operations`) around its
+            // retirement, before its completion block runs.
+            let announces = plan != nil && observed.load(ordering: .relaxed)
+            if announces { notifyWillChange(Self.contentKeys) }
             // This thread's reference may be the operation's last (it may
             // have finished elsewhere, as a custom `start()` or an `async`
             // body can): it is dropped after the lock below is released,
@@ -141,6 +146,7 @@ extension OperationQueue {
             lock.unlock()
             // The list's reference goes before the retirement completes.
             released?.release()
+            if announces { notifyDidChange(Self.contentKeys) }
             if let finished = plan.take() {
                 let settle = finished.countsRetirement
                 finished.complete(settle: settle)
