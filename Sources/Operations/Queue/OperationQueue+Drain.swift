@@ -105,8 +105,6 @@ extension OperationQueue {
             // is picked: it may wait for (or add) work that must be able to
             // take the slot this loop would otherwise hold. (A constant, so
             // that binding it below borrows rather than retains.)
-            // Unretained while the list holds it; retained below before it
-            // starts (see `QueueState.popNext`).
             let next: Unmanaged<Operation>? = if !userTail,
                 startedInSlice == 0 || !shouldYieldSlice(worker: worker, pool: pool, started: startedInSlice, since: sliceStart) {
                 state.popNext()
@@ -114,6 +112,12 @@ extension OperationQueue {
                 nil
             }
             if let next {
+                // The loop's own reference, taken while the list still holds
+                // the operation: once the lock is released, a finish announced
+                // on another thread (an `isFinished` override) can take it out
+                // of the list, and its last holder can let it go, before the
+                // loop starts it (probe 21). Given back after the start, below.
+                _ = next.retain()
                 state.drainerBusy(true)
                 begun = state.loops.progress
                 let link = next._withUnsafeGuaranteedRef { $0.queueLink }
@@ -211,13 +215,14 @@ extension OperationQueue {
             }
             if startedInSlice == 0 { sliceStart = pool.hasWaitingJobs ? monotonicNanoseconds() : 0 }
             do {
-                // The loop's own reference while the operation starts: it may
-                // finish, leave the list and be released elsewhere meanwhile
-                // (a custom `start()`, an `async` body), which can make this
-                // the last reference. Its scope ends here, before the lock is
-                // taken again: the release may run the operation's `deinit`,
-                // user code (a regression test covers it).
-                let operation = next.takeUnretainedValue()
+                // The loop's own reference (taken under the lock) while the
+                // operation starts: it may finish, leave the list and be
+                // released elsewhere meanwhile (a custom `start()`, an `async`
+                // body, a finish announced on another thread), which can make
+                // this the last reference. Its scope ends here, before the
+                // lock is taken again: the release may run the operation's
+                // `deinit`, user code (a regression test covers it).
+                let operation = next.takeRetainedValue()
                 worker?.applyQualityOfService(index: Self.effectiveQualityOfService(operation: operation.loadState().qosIndex, queue: queueQoS))
                 if TraceRecorder.isActive {
                     TraceRecorder.shared.record(.started, operation, queue: self)

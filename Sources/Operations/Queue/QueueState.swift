@@ -329,8 +329,9 @@ struct QueueState {
     /// operation if a slot is free. Returns nil when nothing can start.
     ///
     /// Unretained: the list holds it while it is linked; a caller that
-    /// starts it retains it first (it may finish, leave the list and be
-    /// released on another thread while its `start()` still runs).
+    /// starts it retains it before releasing the lock (once the lock is
+    /// released, it may finish, leave the list and be released on another
+    /// thread, before or while its `start()` runs).
     mutating func popNext() -> Unmanaged<Operation>? {
         guard !isSuspended, nonEmptyLanes != 0 else { return nil }
         if nonEmptyLanes & 1 != 0, let node = lanes[Self.cancelledLane].first {

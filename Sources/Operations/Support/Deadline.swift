@@ -13,20 +13,25 @@ struct Deadline: Sendable, Comparable {
 
     /// `timeout` from now, or nil when it is too far away to represent.
     init?(after timeout: Duration) {
-        let (seconds, attoseconds) = timeout.components
         let now = monotonicNanoseconds()
-        if seconds < 0 || (seconds == 0 && attoseconds <= 0) {
-            self.init(monotonicNanoseconds: now)
-            return
-        }
         // Whole nanoseconds, saturating: anything past ~292 years is "never".
-        let (secondsPart, overflow) = UInt64(seconds).multipliedReportingOverflow(by: 1_000_000_000)
-        let fraction = UInt64(max(0, attoseconds) / 1_000_000_000)
-        guard !overflow else { return nil }
-        let (total, overflowTotal) = secondsPart.addingReportingOverflow(fraction)
-        let (deadline, overflowDeadline) = now.addingReportingOverflow(total)
-        guard !overflowTotal, !overflowDeadline, deadline < UInt64(Int64.max) else { return nil }
+        let total = Self.saturatingNanoseconds(timeout)
+        let (deadline, overflow) = now.addingReportingOverflow(total)
+        guard !overflow, deadline < UInt64(Int64.max) else { return nil }
         self.init(monotonicNanoseconds: deadline)
+    }
+
+    /// `duration` in whole nanoseconds: 0 when it is zero or negative,
+    /// `UInt64.max` when it is longer than that. Any `Duration` is accepted,
+    /// including those beyond ±`Int64.max` seconds, whose `components`
+    /// cannot be represented (probe 21).
+    static func saturatingNanoseconds(_ duration: Duration) -> UInt64 {
+        guard duration > .zero else { return 0 }
+        guard duration < .seconds(Int64.max) else { return .max }
+        let (seconds, attoseconds) = duration.components
+        let (whole, overflow) = UInt64(seconds).multipliedReportingOverflow(by: 1_000_000_000)
+        let (total, overflowTotal) = whole.addingReportingOverflow(UInt64(max(0, attoseconds) / 1_000_000_000))
+        return overflow || overflowTotal ? .max : total
     }
 
     /// `nanoseconds` from now (saturating).

@@ -47,13 +47,9 @@ enum HangReport {
     /// duration beyond `UInt64.max` nanoseconds saturates.
     static func setThreshold(_ duration: Duration?) {
         var nanoseconds: UInt64 = 0
-        if let duration {
-            let (seconds, attoseconds) = duration.components
-            if seconds > 0 || (seconds == 0 && attoseconds > 0) {
-                let (whole, overflow) = UInt64(seconds).multipliedReportingOverflow(by: 1_000_000_000)
-                let (total, overflowTotal) = whole.addingReportingOverflow(UInt64(max(0, attoseconds) / 1_000_000_000))
-                nanoseconds = overflow || overflowTotal ? .max : max(1, total)
-            }
+        // A positive threshold under a nanosecond still reports (1 ns).
+        if let duration, duration > .zero {
+            nanoseconds = max(1, Deadline.saturatingNanoseconds(duration))
         }
         storedThreshold.store(nanoseconds, ordering: .relaxed)
     }
