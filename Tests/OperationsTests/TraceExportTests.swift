@@ -95,6 +95,28 @@ struct TraceExportTests {
         // names are right trivially.
     }
 
+    @Test("queues that reuse a freed queue's memory are recorded as queues of their own, with their own names (regression: probe 22)")
+    func reusedQueueAddresses() throws {
+        #expect(OperationTracing.start(), "another recording is in progress")
+        // Each queue is released before the next is made, so the allocator
+        // hands the same address out again.
+        for index in 0..<50 {
+            let queue = makeQueue("qreuse-\(index)", width: 1)
+            let operation = BlockOperation {}
+            operation.name = "qreuse-\(index)"
+            queue.addOperation(operation)
+            #expect(queue.waitUntilAllOperationsAreFinished(timeout: patience))
+        }
+        let trace = OperationTracing.stop()
+        let byName = records(trace, prefix: "qreuse")
+        #expect(byName.count == 50)
+        for index in 0..<50 {
+            let record = try #require(byName["qreuse-\(index)"], "qreuse-\(index) missing")
+            #expect(record.queue.map { trace.queues[$0].name } == "qreuse-\(index)")
+        }
+        #expect(Set(byName.values.compactMap(\.queue)).count == 50, "queues merged: \(trace.queues.map(\.name))")
+    }
+
     @Test("an operation the recording never saw introduced takes no other operation's description (regression: CI)")
     func undescribedOperationAtAReusedAddress() {
         // Three operations at one address: `one` (described), an operation
@@ -178,6 +200,19 @@ struct TraceExportTests {
         })
         for name in ["svg-root", "svg-left", "svg-right", "svg-sink"] { #expect(svg.contains(name)) }
         for worker in trace.workers { #expect(svg.contains(">\(worker.name)<")) }
+    }
+
+    @Test("SVG timeline: names with control characters still make well-formed XML (regression: probe 22)")
+    func svgControlCharacters() throws {
+        #expect(OperationTracing.start(), "another recording is in progress")
+        let operation = BlockOperation {}
+        operation.name = "step\u{1}one\u{1B}[0m\ttab & <more>"
+        operation.start()
+        let trace = OperationTracing.stop()
+        let svg = trace.svgTimeline()
+        _ = try XMLDocument(xmlString: svg, options: [])
+        #expect(!svg.unicodeScalars.contains { $0.value < 0x20 && $0.value != 0x9 && $0.value != 0xA && $0.value != 0xD })
+        #expect(svg.contains("step\u{FFFD}one"))
     }
 
     @Test("a stopped recorder records nothing, and only one recording runs at a time")

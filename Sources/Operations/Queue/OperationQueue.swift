@@ -92,6 +92,10 @@ open class OperationQueue: @unchecked Sendable {
     /// of the operation or tail a loop returned from last: stored by the
     /// loops without the lock, read by the watcher (`DrainLoops.watch`).
     final let drainReturns = Atomic<UInt64>(0)
+    /// A number no other queue of this process has (a queue freed and
+    /// another made at its address get two): how a trace tells queues apart.
+    final let traceSerial = OperationQueue.nextTraceSerial.add(1, ordering: .relaxed).newValue
+    private static let nextTraceSerial = Atomic<UInt>(0)
 
     /// The value of ``maxConcurrentOperationCount`` that lets the system
     /// choose: -1, as in Foundation.

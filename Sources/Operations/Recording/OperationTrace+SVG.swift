@@ -157,18 +157,24 @@ extension OperationTrace {
         return short(nanoseconds / 1_000_000_000) + " s"
     }
 
-    /// `text` escaped for XML character data and attribute values.
+    /// `text` escaped for XML character data and attribute values. The
+    /// characters XML 1.0 does not allow at all (control characters other
+    /// than tab, line feed and carriage return; U+FFFE and U+FFFF) become
+    /// U+FFFD, so that any operation name makes a well-formed document.
     static func escaped(_ text: String) -> String {
         var result = ""
         result.reserveCapacity(text.utf8.count)
-        for character in text {
-            switch character {
+        for scalar in text.unicodeScalars {
+            switch scalar {
             case "&": result += "&amp;"
             case "<": result += "&lt;"
             case ">": result += "&gt;"
             case "\"": result += "&quot;"
             case "'": result += "&apos;"
-            default: result.append(character)
+            case "\t", "\n", "\r": result.unicodeScalars.append(scalar)
+            case _ where scalar.value < 0x20 || scalar.value == 0xFFFE || scalar.value == 0xFFFF:
+                result += "\u{FFFD}"
+            default: result.unicodeScalars.append(scalar)
             }
         }
         return result

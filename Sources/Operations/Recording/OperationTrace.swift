@@ -209,11 +209,13 @@ public struct OperationTrace: Sendable {
             }
         }
 
-        private mutating func queueID(_ address: UInt, names: [UInt: String]) -> Int {
-            if let known = queueIndex[address] { return known }
+        /// The record of the queue with `serial` (its `traceSerial`, which
+        /// no other queue shares, unlike its address).
+        private mutating func queueID(_ serial: UInt, names: [UInt: String]) -> Int {
+            if let known = queueIndex[serial] { return known }
             let id = queues.count
-            queues.append(QueueRecord(id: id, name: names[address] ?? "queue \(id)"))
-            queueIndex[address] = id
+            queues.append(QueueRecord(id: id, name: names[serial] ?? "queue \(id)"))
+            queueIndex[serial] = id
             return id
         }
 

@@ -39,6 +39,8 @@ final class TraceRecorder: @unchecked Sendable {
         var time: UInt64
         var kind: Kind
         var operation: UInt
+        /// The queue's `traceSerial` (0: none); unlike an address, never
+        /// shared by two queues.
         var queue: UInt
         var thread: Int32
         /// `counts`: ready, executing, pending.
@@ -192,7 +194,7 @@ final class TraceRecorder: @unchecked Sendable {
             time: time ?? monotonicNanoseconds(),
             kind: kind,
             operation: operation.map { UInt(bitPattern: ObjectIdentifier($0)) } ?? 0,
-            queue: queue.map { UInt(bitPattern: ObjectIdentifier($0)) } ?? 0,
+            queue: queue?.traceSerial ?? 0,
             thread: buffer.thread,
             values: values
         )
@@ -213,7 +215,7 @@ final class TraceRecorder: @unchecked Sendable {
             dependencies: dependencies.isEmpty ? [] : dependencies.array.map { UInt(bitPattern: ObjectIdentifier($0)) }
         )
         let id = UInt(bitPattern: ObjectIdentifier(operation))
-        let queueID = queue.map { UInt(bitPattern: ObjectIdentifier($0)) } ?? 0
+        let queueID = queue?.traceSerial ?? 0
         let buffer = buffer()
         // A thread usually describes many operations of one queue in a row.
         let queueName = queueID != 0 && queueID != buffer.lastQueue ? queue?.name ?? "queue" : nil
