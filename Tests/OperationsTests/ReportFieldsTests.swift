@@ -271,6 +271,35 @@ func scenarioThresholdAppliesToLaterWaits() {
     #expect(queue.waitUntilAllOperationsAreFinished(timeout: patience))
 }
 
+/// A synchronous add that blocks for room from inside a Swift task: the
+/// hang report says so, and names the `async` add that suspends instead.
+func scenarioBlockingAddInTaskHangReport() async {
+    unsetenv("OPERATIONS_WAIT_WARNING_SECONDS")
+    OperationReporting.waitWarningThreshold = .milliseconds(30)
+    let queue = makeQueue("blocking-add-in-task")
+    queue.setPendingLimit(1)
+    queue.isSuspended = true
+    #expect(queue.tryAddOperation(BlockOperation {}))
+    let reports = ReportCollector(mentioning: "blocking-add-in-task")
+    defer { reports.cancel() }
+    let added = AsyncGate()
+    // A synchronous function, as code reached from a task can be: the
+    // compiler picks the blocking add.
+    @Sendable func addBlocking() { queue.addOperation {} }
+    let task = Task.detached {
+        addBlocking()
+        added.open()
+    }
+    #expect(await waitUntilAsync { !reports.all.isEmpty }, "no hang report")
+    let message = reports.all.first?.message ?? ""
+    #expect(message.contains("Swift task"), "\(message)")
+    #expect(message.contains("await"), "\(message)")
+    queue.isSuspended = false
+    #expect(await added.opened(within: 30))
+    await task.value
+    await queue.drained()
+}
+
 /// A named queue holding a two-operation cycle, and an observer that keeps
 /// the hang reports naming `label` and breaks the cycle on the first.
 struct CycleHangFixture {
@@ -384,6 +413,11 @@ struct WaitWarningThresholdTests {
     @Test("an async wait's hang report about a cycle carries the queue and the cycle")
     func asyncCycleHangReport() async {
         await #expect(processExitsWith: .success) { await scenarioAsyncCycleHangReportFields() }
+    }
+
+    @Test("the hang report of a blocking add made inside a Swift task says so and names the async add")
+    func blockingAddInTaskHangReport() async {
+        await #expect(processExitsWith: .success) { await scenarioBlockingAddInTaskHangReport() }
     }
 
     @Test("the hang report of an operation in no queue names the cycle it is on")

@@ -239,9 +239,14 @@ extension OperationQueue {
             return false
         }
         defer { WaitRegistry.shared.end(record) }
+        // Inside a Swift task the add blocks a thread of the cooperative
+        // pool, whose other tasks (those that would make room) may need it.
+        let header = AsyncBodyTask.callerIsOutsideTasks
+            ? "addOperation waits for room under the pending limit of:"
+            : "addOperation, called inside a Swift task, blocks a thread of Swift's cooperative pool (use `await queue.addOperation`, which suspends instead) while it waits for room under the pending limit of:"
         let outcome = WorkerPool.shared.blocking {
             WaitRegistry.block(on: signal, deadline: nil, record: record) {
-                .queue(self, "addOperation waits for room under the pending limit of:")
+                .queue(self, header)
             }
         }
         if case .neverEnds(let reason) = outcome {
