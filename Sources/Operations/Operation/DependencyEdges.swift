@@ -22,8 +22,13 @@ extension Operation {
 
     final func performAddDependency(_ dependency: Operation) {
         let checksCycles = OperationMisuse.reportsDependencyCycles
+        // An overridden `isFinished` is the truth, as in Foundation, whose
+        // `addDependency` asks the dependency's getter: one that already
+        // returns true does not hold this operation back, even if it never
+        // announced it. Read here, before any lock (it is user code).
+        let getter = DependencyGetter(dependency, of: self)
         if !checksCycles, dependency !== self, !loadState().isObserved {
-            addUnwatchedDependency(dependency)
+            addUnwatchedDependency(dependency, getter)
             return
         }
         if checksCycles, let cycle = DependencyGraph.cycle(closedBy: self, dependingOn: dependency) {
@@ -40,6 +45,7 @@ extension Operation {
             guard !withStateLock({ _ in storedDependencies.contains(dependency) }) else { return }
             let state = loadState()
             let mayBecomeUnready = state.isBaseReady && state.acceptsDependencies && !dependency.loadState().isFinished
+                && !getter.saysFinished
             keys = mayBecomeUnready ? ["dependencies", "isReady"] : ["dependencies"]
             notifyWillChange(keys)
         }
@@ -92,7 +98,7 @@ extension Operation {
             }
         }
         Operation.withStateLocks(self, dependency) { state, dependencyState in
-            lostReadiness = linkLocked(dependency, &state, dependencyState, &unready)
+            lostReadiness = linkLocked(dependency, getter, &state, dependencyState, &unready)
         }
         if checksCycles { DependencyGraph.checkedEdits.unlock() }
         if lostReadiness, loadState().isObserved, !keys.contains("isReady") {
@@ -108,30 +114,32 @@ extension Operation {
     /// self-dependency, and no observer when it began. The general path
     /// without its announcements; an observer that registers meanwhile hears
     /// the readiness change late, as there.
-    private func addUnwatchedDependency(_ dependency: Operation) {
+    private func addUnwatchedDependency(_ dependency: Operation, _ getter: DependencyGetter) {
         var unready = ReadinessLoss()
         let lostReadiness = Operation.withStateLocks(self, dependency) { state, dependencyState in
-            linkLocked(dependency, &state, dependencyState, &unready)
+            linkLocked(dependency, getter, &state, dependencyState, &unready)
         }
         if lostReadiness, loadState().isObserved { announceReadinessChangedLate() }
         unready.report(for: self)
     }
 
     /// Adds the edge to both lists (unless it exists) and counts it while
-    /// `dependency` is unfinished and this operation has not started.
+    /// `dependency` is unfinished (by its state, and by its overridden
+    /// getter, read before locking) and this operation has not started.
     /// Returns whether this operation stopped being ready. Call with both
     /// operations' locks held; `dependency` is not this operation.
     @inline(__always)
     private func linkLocked(
         _ dependency: Operation,
+        _ getter: DependencyGetter,
         _ state: inout OperationState,
         _ dependencyState: OperationState,
         _ unready: inout ReadinessLoss
     ) -> Bool {
-        guard !isDuplicateLocked(dependency, state: state, dependencyState: dependencyState) else { return false }
+        guard !isDuplicateLocked(dependency, getter, state: state, dependencyState: dependencyState) else { return false }
         storedDependencies.append(dependency)
         let wasReady = state.isBaseReady
-        guard !dependencyState.isFinished, state.addUnfinishedDependency() else { return false }
+        guard !dependencyState.isFinished, !getter.saysFinished, state.addUnfinishedDependency() else { return false }
         dependency.storedDependents.append(self)
         guard wasReady else { return false }
         // Only a queued operation has a queue to tell.
@@ -261,10 +269,12 @@ extension Operation {
     ///   operation accepts dependencies, an edge to an unfinished dependency
     ///   counts and is in both lists, so either can answer; otherwise only
     ///   this operation's list is sure to hold it.
-    private func isDuplicateLocked(_ dependency: Operation, state: OperationState, dependencyState: OperationState) -> Bool {
+    private func isDuplicateLocked(_ dependency: Operation, _ getter: DependencyGetter, state: OperationState, dependencyState: OperationState) -> Bool {
         let ownCount = storedDependencies.count
         if ownCount == 0 { return false }
-        if dependency !== self, !dependencyState.isFinished, state.acceptsDependencies,
+        // The dependents list holds exactly the counted edges: not those a
+        // getter that overrides `isFinished` kept out, whatever it says now.
+        if dependency !== self, !dependencyState.isFinished, !getter.overrides, state.acceptsDependencies,
            dependency.storedDependents.count <= ownCount {
             return dependency.storedDependents.contains(self)
         }
@@ -430,4 +440,19 @@ extension Operation {
         return released
     }
 
+}
+
+/// What a dependency's overridden `isFinished` said when an edge to it was
+/// being added (read before any lock: it is user code).
+struct DependencyGetter {
+    /// Whether the dependency's class overrides `isFinished`.
+    let overrides: Bool
+    /// Whether that getter returned true.
+    let saysFinished: Bool
+
+    @inline(__always)
+    init(_ dependency: Operation, of dependent: Operation) {
+        overrides = dependency !== dependent && dependency.overrides(.isFinished)
+        saysFinished = overrides && dependency.isFinished
+    }
 }

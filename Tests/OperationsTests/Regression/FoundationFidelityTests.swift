@@ -18,6 +18,32 @@ import Musl
 
 @Suite("Issue 10: overridden getters are the truth")
 struct OverriddenGettersTests {
+    @Test("a dependency whose overridden isFinished already returns true does not hold its dependent back, as in Foundation (probe 21)")
+    func dependencyFinishedByItsGetter() {
+        final class AlreadyFinished: Operation, @unchecked Sendable {
+            override var isAsynchronous: Bool { true }
+            override var isFinished: Bool { true }
+            override func start() {}
+        }
+        let done = AlreadyFinished()
+        let dependent = BlockOperation {}
+        dependent.addDependency(done)
+        dependent.addDependency(done)
+        #expect(dependent.isReady, "the getter says the dependency finished")
+        #expect(dependent.dependencies.count == 1, "added once")
+        let queue = makeQueue("finished-by-getter")
+        queue.addOperation(dependent)
+        #expect(dependent.waitUntilFinished(timeout: patience), "the dependent never ran")
+        // Removing it is an ordinary edit.
+        dependent.removeDependency(done)
+        #expect(dependent.dependencies.isEmpty)
+        // An unfinished one with an overridden getter still holds its dependent back.
+        let unfinished = DelayOperation(.seconds(3600))
+        let waiting = BlockOperation {}
+        waiting.addDependency(unfinished)
+        #expect(!waiting.isReady)
+    }
+
     @Test("issue 10 bullet 1: a DelayOperation's dependents start only after the delay")
     func dependentsOfDelayWait() {
         let delay = DelayOperation(.milliseconds(200))
