@@ -267,8 +267,9 @@ extension Operation {
     ///   dependencies and b the dependency's number of dependents, so that
     ///   neither fan-in nor fan-out graphs are quadratic to build. While this
     ///   operation accepts dependencies, an edge to an unfinished dependency
-    ///   counts and is in both lists, so either can answer; otherwise only
-    ///   this operation's list is sure to hold it.
+    ///   counts and is in both lists, so either can answer (unless the
+    ///   dependency's getter said it had finished, see `DependencyGetter`);
+    ///   otherwise only this operation's list is sure to hold it.
     private func isDuplicateLocked(_ dependency: Operation, _ getter: DependencyGetter, state: OperationState, dependencyState: OperationState) -> Bool {
         let ownCount = storedDependencies.count
         if ownCount == 0 { return false }
