@@ -232,6 +232,19 @@ struct TraceExportTests {
         #expect(!trace.operations.contains { $0.name == "unrecorded-op" })
     }
 
+    @Test("DOT: a quote or backslash followed by a combining mark is still escaped (regression: probe 23)")
+    func dotQuotingByScalar() {
+        let quoted = OperationGraph.quoted("say \"\u{301}hi\\\u{200D} end")
+        #expect(quoted == "\"say \\\"\u{301}hi\\\\\u{200D} end\"", "\(quoted)")
+        // Every quote inside is escaped: the literal ends only at its last character.
+        let inner = quoted.unicodeScalars.dropFirst().dropLast()
+        var escaped = false
+        for scalar in inner {
+            if scalar == "\"" { #expect(escaped, "an unescaped quote in \(quoted)") }
+            escaped = scalar == "\\" && !escaped
+        }
+    }
+
     @Test("DOT: every operation once, every edge, states, and a kept cycle in red")
     func dotGraph() {
         let queue = makeQueue("dot-queue")

@@ -120,10 +120,19 @@ enum DependencyGraph {
 
 extension Operation {
     /// Unfinished operations this one waits for (a cancelled operation waits
-    /// for none).
+    /// for none): the edges that count. An edge counts exactly while this
+    /// operation is in the dependency's list of dependents (or, for a
+    /// self-dependency, while it is counted): not one to a dependency whose
+    /// overridden `isFinished` said it had finished when the edge was added
+    /// (`DependencyGetter`), and none once this operation has started.
     final func unfinishedDependencies() -> [Operation] {
-        let (list, cancelled) = withStateLock { state in (storedDependencies, state.isCancelled) }
+        let (list, cancelled, countsSelf) = withStateLock { state in
+            (storedDependencies, state.isCancelled, state.hasSelfDependency)
+        }
         guard !cancelled else { return [] }
-        return list.array.filter { !$0.loadState().isFinished }
+        return list.array.filter { dependency in
+            if dependency === self { return countsSelf }
+            return dependency.withStateLock { state in !state.isFinished && dependency.storedDependents.contains(self) }
+        }
     }
 }

@@ -31,7 +31,10 @@ extension Operation {
             addUnwatchedDependency(dependency, getter)
             return
         }
-        if checksCycles, let cycle = DependencyGraph.cycle(closedBy: self, dependingOn: dependency) {
+        // An edge that will not count (its dependency reports finished)
+        // holds nothing back, so it closes no cycle.
+        let checksCycle = checksCycles && !getter.saysFinished
+        if checksCycle, let cycle = DependencyGraph.cycle(closedBy: self, dependingOn: dependency) {
             reportCycle(cycle)
             return
         }
@@ -85,7 +88,7 @@ extension Operation {
         // (they may hold the last reference to an operation; probe 10).
         var searched: [[Operation]] = []
         defer { withExtendedLifetime(searched) {} }
-        if checksCycles {
+        if checksCycle {
             // Checked again with every other checked edit held off: two
             // threads adding `a → b` and `b → a` at once would otherwise both
             // pass the check above and close the cycle together.
@@ -100,7 +103,7 @@ extension Operation {
         Operation.withStateLocks(self, dependency) { state, dependencyState in
             lostReadiness = linkLocked(dependency, getter, &state, dependencyState, &unready)
         }
-        if checksCycles { DependencyGraph.checkedEdits.unlock() }
+        if checksCycle { DependencyGraph.checkedEdits.unlock() }
         if lostReadiness, loadState().isObserved, !keys.contains("isReady") {
             // The snapshot above saw the operation not ready (a dependency
             // finished in between): announce the change rather than not at all.

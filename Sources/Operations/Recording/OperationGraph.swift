@@ -143,12 +143,14 @@ public enum OperationGraph {
     /// `text` as a DOT string literal.
     static func quoted(_ text: String) -> String {
         var result = "\""
-        for character in text {
-            switch character {
+        // By scalar, not by `Character`: a quote or backslash followed by a
+        // combining mark is one grapheme, and must still be escaped.
+        for scalar in text.unicodeScalars {
+            switch scalar {
             case "\"": result += "\\\""
             case "\\": result += "\\\\"
             case "\n": result += "\\n"
-            default: result.append(character)
+            default: result.unicodeScalars.append(scalar)
             }
         }
         return result + "\""

@@ -44,6 +44,41 @@ struct OverriddenGettersTests {
         #expect(!waiting.isReady)
     }
 
+    @Test("an edge to a dependency whose getter reports finished holds nothing back: no cycle, and diagnostics give the real reason (probe 23)")
+    func uncountedEdgeIsNotWaitedFor() {
+        // Forward: b waits for x; then x is given b, which reports finished.
+        let b = GetterFinishedOperation(finished: true)
+        b.name = "uncounted-b"
+        let x = BlockOperation {}
+        x.name = "uncounted-x"
+        b.addDependency(x)
+        let forward = OperationMisuse.withDependencyCycleReporting { misuses { x.addDependency(b) } }
+        #expect(forward.isEmpty, "\(forward.map(\.message))")
+        #expect(x.dependencies.count == 1 && x.isReady)
+        // Reverse: x2 is given b2 first (not counted), then b2 waits for x2.
+        let b2 = GetterFinishedOperation(finished: true)
+        b2.name = "uncounted-b2"
+        let x2 = BlockOperation {}
+        x2.name = "uncounted-x2"
+        x2.addDependency(b2)
+        let reverse = OperationMisuse.withDependencyCycleReporting { misuses { b2.addDependency(x2) } }
+        #expect(reverse.isEmpty, "\(reverse.map(\.message))")
+        #expect(b2.dependencies.count == 1)
+        // A suspended queue holding x2: it waits for the queue, not for b2.
+        let queue = makeQueue("uncounted-diagnostics")
+        queue.isSuspended = true
+        queue.addOperation(x2)
+        let text = "\(queue.diagnostics())"
+        #expect(!text.contains("uncounted-b2"), "\(text)")
+        queue.isSuspended = false
+        #expect(x2.waitUntilFinished(timeout: patience))
+    }
+
+    @Test("a wait for an operation whose only dependency reports finished by its getter is not reported as a deadlock (probe 23; about 1.5 s)")
+    func waitForOperationWithUncountedDependency() async {
+        await #expect(processExitsWith: .success) { scenarioWaitForOperationWithUncountedDependency() }
+    }
+
     @Test("issue 10 bullet 1: a DelayOperation's dependents start only after the delay")
     func dependentsOfDelayWait() {
         let delay = DelayOperation(.milliseconds(200))
@@ -476,3 +511,58 @@ struct EditRacesFinishTests {
     }
 }
 
+/// A concurrent operation built by hand whose overridden `isFinished` is the
+/// truth; `reportFinishedSilently()` makes the getter return true without an
+/// announcement, and `start()` announces the finish.
+final class GetterFinishedOperation: Operation, @unchecked Sendable {
+    // @unchecked Sendable: `finished` is atomic.
+    private let finished: Atomic<Bool>
+
+    init(finished: Bool) {
+        self.finished = Atomic(finished)
+        super.init()
+    }
+
+    override var isAsynchronous: Bool { true }
+    override var isExecuting: Bool { false }
+    override var isFinished: Bool { finished.load(ordering: .acquiring) }
+
+    func reportFinishedSilently() { finished.store(true, ordering: .releasing) }
+
+    override func start() {
+        willChangeValue(forKey: "isFinished")
+        finished.store(true, ordering: .releasing)
+        didChangeValue(forKey: "isFinished")
+    }
+}
+
+/// An operation of a serial queue waits for `x`, which is in no queue and
+/// which another thread starts 1.5 s later (longer than the deadlock check
+/// takes to confirm a suspicion). `x`'s only dependency reports finished by
+/// its getter, but is queued behind the waiting operation: the wait is not
+/// a deadlock, and must not be reported as one (the default handler traps).
+func scenarioWaitForOperationWithUncountedDependency() {
+    let queue = makeQueue("uncounted-wait", width: 1)
+    let dependency = GetterFinishedOperation(finished: false)
+    dependency.name = "uncounted-dependency"
+    let x = BlockOperation {}
+    x.name = "uncounted-x"
+    let waitReturned = Gate()
+    let waiting = BlockOperation {
+        x.waitUntilFinished()
+        waitReturned.open()
+    }
+    queue.addOperation(waiting)
+    queue.addOperation(dependency)
+    dependency.reportFinishedSilently()
+    x.addDependency(dependency)
+    #expect(x.isReady)
+    spawnThread {
+        // The scenario itself: a wait that lasts, then ends.
+        _ = Gate().wait(timeout: .milliseconds(1500))
+        x.start()
+    }
+    #expect(waitReturned.wait(timeout: patience), "the wait did not return")
+    #expect(x.isFinished)
+    #expect(queue.waitUntilAllOperationsAreFinished(timeout: patience))
+}
