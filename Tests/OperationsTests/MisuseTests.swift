@@ -466,6 +466,46 @@ struct MisuseTests {
         #expect(reportedTotal == 3_000, "one of each pair of adds is refused and reported")
     }
 
+    @Test("with cycle reporting on, an edge that cannot hold anything back closes no cycle: from a running, a cancelled or a finished operation, or a self-dependency of one (regression: probe 24)")
+    func edgesThatDoNotCountCloseNoCycle() {
+        // From a running operation (its new dependencies have no effect, as in Foundation).
+        let release = Gate()
+        let entered = Gate()
+        let running = named("nocount-running") {
+            entered.open()
+            _ = release.wait(timeout: patience)
+        }
+        let waiting = named("nocount-waiting")
+        waiting.addDependency(running)
+        spawnThread { running.start() }
+        #expect(entered.wait(timeout: patience))
+        let fromRunning = OperationMisuse.withDependencyCycleReporting { misuses { running.addDependency(waiting) } }
+        #expect(fromRunning.isEmpty, "\(fromRunning.map(\.message))")
+        #expect(running.dependencies.count == 1, "the edge is added")
+        // A self-dependency of the running operation.
+        let selfWhileRunning = OperationMisuse.withDependencyCycleReporting { misuses { running.addDependency(running) } }
+        #expect(selfWhileRunning.isEmpty, "\(selfWhileRunning.map(\.message))")
+        release.open()
+        #expect(running.waitUntilFinished(timeout: patience))
+        // From a cancelled operation: it is ready whatever it depends on.
+        let cancelled = named("nocount-cancelled")
+        let dependent = named("nocount-dependent")
+        cancelled.cancel()
+        dependent.addDependency(cancelled)
+        let fromCancelled = OperationMisuse.withDependencyCycleReporting { misuses { cancelled.addDependency(dependent) } }
+        #expect(fromCancelled.isEmpty, "\(fromCancelled.map(\.message))")
+        #expect(cancelled.isReady)
+        // A self-dependency of a finished operation.
+        let finished = named("nocount-finished")
+        finished.start()
+        let selfWhenFinished = OperationMisuse.withDependencyCycleReporting { misuses { finished.addDependency(finished) } }
+        #expect(selfWhenFinished.isEmpty, "\(selfWhenFinished.map(\.message))")
+        // A pending self-dependency still counts, and is still reported.
+        let pending = named("nocount-pending")
+        let selfPending = OperationMisuse.withDependencyCycleReporting { misuses { pending.addDependency(pending) } }
+        expectSingle(selfPending, .dependencyCycle, naming: "\"nocount-pending\"")
+    }
+
     @Test("with cycle reporting on, a longer cycle A→B→C→D→A is refused and names every operation on it")
     func longerCycle() {
         let ops = ["A", "B", "C", "D"].map { named("long-\($0)") }

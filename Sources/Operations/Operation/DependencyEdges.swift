@@ -31,9 +31,16 @@ extension Operation {
             addUnwatchedDependency(dependency, getter)
             return
         }
-        // An edge that will not count (its dependency reports finished)
-        // holds nothing back, so it closes no cycle.
-        let checksCycle = checksCycles && !getter.saysFinished
+        // An edge that cannot count holds nothing back, so it closes no
+        // cycle: its dependency reports finished, or this operation is
+        // cancelled (ready whatever it depends on), started or taken to
+        // start (new dependencies have no effect on it), or finished. Each
+        // of these lasts, so a snapshot is enough.
+        let checksCycle = checksCycles && !getter.saysFinished && {
+            let state = loadState()
+            return !state.isCancelled && state.acceptsDependencies
+                && (dependency === self || !dependency.loadState().isFinished)
+        }()
         if checksCycle, let cycle = DependencyGraph.cycle(closedBy: self, dependingOn: dependency) {
             reportCycle(cycle)
             return

@@ -133,7 +133,10 @@ public struct OperationMisuse: Error, Sendable, CustomStringConvertible {
     /// ``OperationQueue/diagnostics()`` names it. Turn this on in tests (or
     /// wherever a cycle is always a bug) to catch the edge that closes one:
     /// with the default policy the process traps with the operations on the
-    /// cycle; with a handler installed, the edge is not added. The check
+    /// cycle; with a handler installed, the edge is not added. Only edges
+    /// that hold an operation back take part: one added to a cancelled,
+    /// executing or finished operation, or to a dependency whose overridden
+    /// `isFinished` already returns true, closes no cycle. The check
     /// searches the graph reachable from the new dependency, so it costs
     /// O(V + E) per `addDependency` while on.
     public static var reportsDependencyCycles: Bool {
