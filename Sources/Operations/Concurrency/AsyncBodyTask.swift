@@ -69,50 +69,26 @@ enum AsyncBodyTask {
 /// at any moment: before the task starts, while it runs its first part on
 /// the starting thread (inside `Task.immediate`, before a handle exists),
 /// and afterwards. Also records the task's identity (see
-/// `OperationTaskContext.own`), and holds the body's operation and queue
-/// for the tasks the body creates until the body returns (`endScope()`):
-/// an unstructured task that outlives the body keeps neither alive.
+/// `OperationTaskContext.own`). As a scope, it holds the body's operation
+/// and queue for the tasks the body creates until the body returns
+/// (`end()`): an unstructured task that outlives the body keeps neither
+/// alive.
 ///
 /// The task records itself first thing (`attachCurrentTask`); the starting
 /// thread stores the handle once the task is created (`holdHandle`). A
 /// cancellation cancels whichever it finds, or is remembered and applied by
 /// `attachCurrentTask`. Cancelling a task runs its cancellation handlers
 /// (user code), so it happens after the lock is released.
-final class AsyncBodyCancellation: @unchecked Sendable {
-    // @unchecked Sendable: every field is read and written only while
-    // `lock` is held. `current` and `handle` each retain the task object
-    // (`UnsafeCurrentTask` holds a strong reference, as `Task` does), so
-    // whichever is set is valid to cancel from any thread, and the task's
+final class AsyncBodyCancellation: BodyScope, @unchecked Sendable {
+    // @unchecked Sendable: every field is read and written only while the
+    // scope's `lock` is held. `current` and `handle` each retain the task
+    // object (`UnsafeCurrentTask` holds a strong reference, as `Task` does),
+    // so whichever is set is valid to cancel from any thread, and the task's
     // address stays unique while this object lives.
-    // One per body: an inline lock, so that making one allocates nothing
-    // beyond the object itself (its sections are a few stores).
-    private let lock = InlineSpinLock()
     private var current: UnsafeCurrentTask?
     private var handle: Task<Void, Never>?
     private var requested = false
     private var identity: UInt = 0
-    private var held: (operation: Operation, queue: OperationQueue?)?
-
-    /// A bridge for a body that runs for `operation` in `queue`.
-    init(operation: Operation, queue: OperationQueue?) {
-        held = (operation, queue)
-    }
-
-    /// The body's operation, or nil once the body has returned.
-    var operation: Operation? { lock.withLock { held?.operation } }
-
-    /// The body's queue, or nil once the body has returned (or if it has none).
-    var queue: OperationQueue? { lock.withLock { held?.queue } }
-
-    /// Lets go of the operation and queue: the body has returned.
-    func endScope() {
-        let dropped = lock.withLock { () -> (operation: Operation, queue: OperationQueue?)? in
-            defer { held = nil }
-            return held
-        }
-        // Released here, after unlocking.
-        withExtendedLifetime(dropped) {}
-    }
 
     /// The identity of the body's task (0 until it has started).
     var taskIdentity: UInt { lock.withLock { identity } }
@@ -175,35 +151,34 @@ final class AsyncBodyCancellation: @unchecked Sendable {
 ///   its own operation is therefore not recognised (it hangs, as in
 ///   Foundation, and the hang report names it).
 struct OperationTaskContext: Sendable {
-    /// An ``AsyncOperation``'s `execute()`: its operation and queue, held
-    /// only until the operation finishes (tasks it creates may outlive it).
-    private let scope: ExecuteScope?
+    /// The operation and queue, held only until the `async` body returns or
+    /// the ``AsyncOperation`` finishes (tasks created meanwhile may outlive
+    /// either).
+    private let scope: BodyScope
     /// The body's task: holding its cancellation keeps the task object (and
     /// so its address, which `own` compares) alive as long as any task
-    /// carries this context. It also holds the body's operation and queue,
-    /// until the body returns (tasks it creates may outlive it). Nil for an
+    /// carries this context. It is also the scope. Nil for an
     /// ``AsyncOperation``'s `execute()`, which runs on a thread: tasks it
     /// creates inherit the context, and none of them is the body's own.
     let body: AsyncBodyCancellation?
 
-    /// The context of an `async` body (its operation and queue are `body`'s).
+    /// The context of an `async` body.
     init(body: AsyncBodyCancellation) {
-        scope = nil
+        scope = body
         self.body = body
     }
 
     /// The context of an ``AsyncOperation``'s `execute()`.
-    init(scope: ExecuteScope) {
+    init(scope: BodyScope) {
         self.scope = scope
         body = nil
     }
 
-    /// The operation, or nil once its body has returned or its `execute()`
-    /// scope has ended.
-    var operation: Operation? { scope.map { $0.operation } ?? body?.operation }
+    /// The operation, or nil once the scope has ended.
+    var operation: Operation? { scope.operation }
 
     /// The operation's queue, if it has one (and the scope has not ended).
-    var queue: OperationQueue? { scope.map { $0.queue } ?? body?.queue }
+    var queue: OperationQueue? { scope.queue }
 
     @TaskLocal static var current: OperationTaskContext?
 
@@ -237,24 +212,31 @@ struct OperationTaskContext: Sendable {
     static var ownOperation: Operation? { own?.operation }
 }
 
-/// The operation and queue of an ``AsyncOperation``'s `execute()`, as seen
-/// by the tasks it creates: held until the operation finishes, then let go,
-/// so that a task that outlives the operation keeps neither alive.
-final class ExecuteScope: @unchecked Sendable {
-    // @unchecked Sendable: `held` is read and written only while `lock` is
-    // held.
-    private let lock = PlatformLock()
+/// The operation and queue of an `async` body or an ``AsyncOperation``'s
+/// `execute()`, as seen by the tasks it creates: held until the body
+/// returns or the operation finishes (`end()`), then let go, so that a task
+/// that outlives either keeps neither alive.
+class BodyScope: @unchecked Sendable {
+    // @unchecked Sendable: `held` (and a subclass's fields) are read and
+    // written only while `lock` is held.
+    // One per body: an inline lock, so that making one allocates nothing
+    // beyond the object itself (its sections are a few stores, no user
+    // code).
+    final let lock = InlineSpinLock()
     private var held: (operation: Operation, queue: OperationQueue?)?
 
     init(operation: Operation, queue: OperationQueue?) {
         held = (operation, queue)
     }
 
-    var operation: Operation? { lock.withLock { held?.operation } }
-    var queue: OperationQueue? { lock.withLock { held?.queue } }
+    /// The operation, or nil once the scope has ended.
+    final var operation: Operation? { lock.withLock { held?.operation } }
 
-    /// Lets go of the operation and queue (the operation finished).
-    func end() {
+    /// The operation's queue, or nil once the scope has ended (or if it has none).
+    final var queue: OperationQueue? { lock.withLock { held?.queue } }
+
+    /// Lets go of the operation and queue.
+    final func end() {
         let dropped = lock.withLock { () -> (operation: Operation, queue: OperationQueue?)? in
             defer { held = nil }
             return held

@@ -228,7 +228,7 @@ open class ResultOperation<Success: Sendable, Failure: Error>: Operation, @unche
             }
             // Tasks the body created may outlive it: they no longer see (or
             // keep alive) this operation and its queue.
-            cancellation.endScope()
+            cancellation.end()
             self.complete(with: outcome, inputs: operations)
             if AsyncBodyTask.returnedInline(self) {
                 // Still inside `Task.immediate` on the drain loop's thread:

@@ -31,7 +31,7 @@ open class AsyncOperation: Operation, @unchecked Sendable {
     /// What the tasks that `execute()` creates see as their operation and
     /// queue; ended by ``finish()``. Read and written under the state lock
     /// bit.
-    private final var executeScope: ExecuteScope?
+    private final var executeScope: BodyScope?
 
     /// Creates an operation for a subclass that overrides ``execute()``.
     public override init() {
@@ -67,7 +67,7 @@ open class AsyncOperation: Operation, @unchecked Sendable {
     /// those of an `async` body do: what they add to its queue is not held
     /// back by the pending limit, and `OperationQueue.current` is the queue.
     private func executeAsQueueWork() {
-        let scope = ExecuteScope(operation: self, queue: ThreadContext.withCurrent { $0.queue })
+        let scope = BodyScope(operation: self, queue: ThreadContext.withCurrent { $0.queue })
         withStateLock { _ in executeScope = scope }
         OperationTaskContext.$current.withValue(OperationTaskContext(scope: scope)) {
             execute()
@@ -130,7 +130,7 @@ open class AsyncOperation: Operation, @unchecked Sendable {
         guard state.isBaseExecuting, withStateLock({ $0.claimBodyEnd() }) else { return }
         // The tasks `execute()` created no longer count as its work, and no
         // longer hold the operation or its queue.
-        let scope = withStateLock { _ -> ExecuteScope? in
+        let scope = withStateLock { _ -> BodyScope? in
             defer { executeScope = nil }
             return executeScope
         }

@@ -46,20 +46,22 @@ struct OverriddenGettersTests {
 
     @Test("an edge to a dependency whose getter reports finished holds nothing back: no cycle, and diagnostics give the real reason (probe 23)")
     func uncountedEdgeIsNotWaitedFor() {
+        /// An operation that reports finished by its getter, and a plain one.
+        func pair(_ suffix: String) -> (GetterFinishedOperation, BlockOperation) {
+            let finished = GetterFinishedOperation(finished: true)
+            finished.name = "uncounted-b" + suffix
+            let plain = BlockOperation {}
+            plain.name = "uncounted-x" + suffix
+            return (finished, plain)
+        }
         // Forward: b waits for x; then x is given b, which reports finished.
-        let b = GetterFinishedOperation(finished: true)
-        b.name = "uncounted-b"
-        let x = BlockOperation {}
-        x.name = "uncounted-x"
+        let (b, x) = pair("")
         b.addDependency(x)
         let forward = OperationMisuse.withDependencyCycleReporting { misuses { x.addDependency(b) } }
         #expect(forward.isEmpty, "\(forward.map(\.message))")
         #expect(x.dependencies.count == 1 && x.isReady)
         // Reverse: x2 is given b2 first (not counted), then b2 waits for x2.
-        let b2 = GetterFinishedOperation(finished: true)
-        b2.name = "uncounted-b2"
-        let x2 = BlockOperation {}
-        x2.name = "uncounted-x2"
+        let (b2, x2) = pair("2")
         x2.addDependency(b2)
         let reverse = OperationMisuse.withDependencyCycleReporting { misuses { b2.addDependency(x2) } }
         #expect(reverse.isEmpty, "\(reverse.map(\.message))")
