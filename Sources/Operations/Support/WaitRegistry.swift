@@ -171,7 +171,10 @@ final class WaitRegistry: @unchecked Sendable {
 /// needs is stuck. The answer is the greatest fixed point: everything is
 /// assumed stuck until shown free, so a cycle of waits closes. A cycle of
 /// dependencies alone is not a wait cycle (cancelling a member breaks it, and
-/// the hang report names it), so its operations count as free here.
+/// the hang report names it), so the dependency edges inside one (between
+/// operations of one strongly connected component, a self-dependency
+/// included) are ignored here. Everything else a member needs still counts:
+/// a member that also needs work blocked behind the wait is stuck.
 private struct Analysis {
     let origin: WaitRegistry.Record
     /// Running operation → the wait of the thread or task running it.
@@ -189,13 +192,15 @@ private struct Analysis {
         var fixed: Bool?
         /// Stuck if any of these is stuck.
         var needs: [Key] = []
+        /// The operation's unfinished dependencies: stuck if any of these is
+        /// stuck, once the edges inside dependency cycles are dropped.
+        var dependencies: [Key] = []
         /// Stuck if all of these are stuck (slot holders; a queue's members for room).
         var anyOf: [Key]?
         var stuck = true
     }
 
     var nodes: [Key: Node] = [:]
-    var pendingOperations: [Operation] = []
     /// Every operation and queue the analysis obtained, kept until the
     /// analysis itself is released, after the registry's lock (see
     /// `WaitRegistry.begin`). Another thread may meanwhile drop the last
@@ -299,25 +304,20 @@ private struct Analysis {
         if !state.isCancelled {
             // Queued or not, a pending operation cannot be started (by its
             // queue or by hand) before its dependencies finish.
-            pendingOperations.append(operation)
             // The stored edges, not the `open` getter: an override is user
             // code, and this runs under the registry's lock.
             let dependencies = operation.unfinishedDependencies()
             heldLists.append(dependencies)
             for dependency in dependencies where dependency !== operation {
-                result.needs.append(explore(dependency))
+                result.dependencies.append(explore(dependency))
             }
         }
         guard let queue = operation.owningQueueForAnalysis() else {
             // In no queue: once ready, whoever holds it may start it.
-            if result.needs.isEmpty { result.fixed = false }
             return result
         }
         heldObjects.append(queue)
-        guard let snapshot = queue.analysisSnapshot(of: operation) else {
-            if result.needs.isEmpty { result.fixed = false }
-            return result
-        }
+        guard let snapshot = queue.analysisSnapshot(of: operation) else { return result }
         if let barrier = snapshot.barrier { heldObjects.append(barrier) }
         heldLists.append(snapshot.earlier)
         heldLists.append(snapshot.slotHolders)
@@ -330,32 +330,85 @@ private struct Analysis {
             let holders = snapshot.slotHolders.map { explore($0) }
             if !holders.isEmpty { result.anyOf = holders }
         }
-        if result.needs.isEmpty, result.anyOf == nil { result.fixed = false }
         return result
     }
 
     // MARK: Solving
 
     private mutating func solve() {
-        // Dependency cycles alone are Foundation's semantics, not a wait cycle.
-        let cycles = DependencyGraph.cycles(reachableFrom: pendingOperations, keepingAlive: &heldLists)
-        heldLists.append(contentsOf: cycles)
-        for cycle in cycles {
-            for operation in cycle { nodes[.operation(ObjectIdentifier(operation))]?.fixed = false }
-        }
+        // Dependency cycles alone are Foundation's semantics, not a wait
+        // cycle: the edges inside them do not make anything stuck.
+        dropEdgesInsideDependencyCycles()
         for key in nodes.keys {
             if let fixed = nodes[key]?.fixed { nodes[key]?.stuck = fixed }
         }
+        // A node that needs nothing is free: the loop below frees it at the
+        // first pass (`anyOf` is never an empty list).
         var changed = true
         while changed {
             changed = false
             for (key, node) in nodes where node.fixed == nil && node.stuck {
                 let needed = node.needs.contains { nodes[$0]?.stuck ?? false }
+                    || node.dependencies.contains { nodes[$0]?.stuck ?? false }
                 let slotBound = node.anyOf.map { holders in holders.allSatisfy { nodes[$0]?.stuck ?? false } } ?? false
                 if !needed && !slotBound {
                     nodes[key]?.stuck = false
                     changed = true
                 }
+            }
+        }
+    }
+
+    /// Removes every dependency edge between two operations of the same
+    /// strongly connected component of the dependency graph (Tarjan's
+    /// algorithm, iterative: graphs may be deep).
+    private mutating func dropEdgesInsideDependencyCycles() {
+        let keys = Array(nodes.keys)
+        var index: [Key: Int] = [:]
+        index.reserveCapacity(keys.count)
+        for (position, key) in keys.enumerated() { index[key] = position }
+        let successors: [[Int]] = keys.map { key in (nodes[key]?.dependencies ?? []).compactMap { index[$0] } }
+        var order = [Int](repeating: -1, count: keys.count)
+        var lowLink = [Int](repeating: 0, count: keys.count)
+        var onStack = [Bool](repeating: false, count: keys.count)
+        var component = [Int](repeating: -1, count: keys.count)
+        var stack: [Int] = []
+        var visited = 0
+        var components = 0
+        for root in keys.indices where order[root] < 0 && !successors[root].isEmpty {
+            // (node, position of the next successor to visit)
+            var frames: [(Int, Int)] = [(root, 0)]
+            order[root] = visited; lowLink[root] = visited; visited += 1
+            stack.append(root); onStack[root] = true
+            while let (node, next) = frames.last {
+                if next < successors[node].count {
+                    frames[frames.count - 1].1 += 1
+                    let successor = successors[node][next]
+                    if order[successor] < 0 {
+                        order[successor] = visited; lowLink[successor] = visited; visited += 1
+                        stack.append(successor); onStack[successor] = true
+                        frames.append((successor, 0))
+                    } else if onStack[successor] {
+                        lowLink[node] = min(lowLink[node], order[successor])
+                    }
+                    continue
+                }
+                frames.removeLast()
+                if let parent = frames.last?.0 { lowLink[parent] = min(lowLink[parent], lowLink[node]) }
+                guard lowLink[node] == order[node] else { continue }
+                while let member = stack.popLast() {
+                    onStack[member] = false
+                    component[member] = components
+                    if member == node { break }
+                }
+                components += 1
+            }
+        }
+        for (position, key) in keys.enumerated() where !successors[position].isEmpty {
+            let own = component[position]
+            let kept = successors[position].filter { component[$0] != own }
+            if kept.count != successors[position].count {
+                nodes[key]?.dependencies = kept.map { keys[$0] }
             }
         }
     }
