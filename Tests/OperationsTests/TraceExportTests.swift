@@ -245,6 +245,16 @@ struct TraceExportTests {
         }
     }
 
+    @Test("DOT: control characters (a NUL ends a GraphViz string) are replaced (regression: probe 25)")
+    func dotControlCharacters() {
+        let quoted = OperationGraph.quoted("a\u{0}b\u{1}c\rd\u{7F}e\tf\ng")
+        #expect(quoted == "\"a\u{FFFD}b\u{FFFD}c\u{FFFD}d\u{FFFD}e f\\ng\"", "\(quoted)")
+        let op = BlockOperation {}
+        op.name = "nul\u{0}name"
+        let dot = OperationGraph.dot(of: [op])
+        #expect(!dot.unicodeScalars.contains { $0.value < 0x20 && $0 != "\n" })
+    }
+
     @Test("DOT: every operation once, every edge, states, and a kept cycle in red")
     func dotGraph() {
         let queue = makeQueue("dot-queue")

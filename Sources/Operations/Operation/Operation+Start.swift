@@ -54,13 +54,17 @@ extension Operation {
     /// finishing and picking the next operation share one lock acquisition.
     final func startFromQueue(customStart: Bool) -> FinishPlan? {
         guard customStart else { return performBaseStart(queueCall: true) }
+        // The mark stays after `start()` returns, until the base start
+        // consumes it or the operation finishes: a class may hand its
+        // `super.start()` to another thread (or re-dispatch its own
+        // `start()`), and that later call is still the queue's start, as in
+        // Foundation (probe 25).
         withStateLock { $0.isQueueStart = true }
         ThreadContext.withCurrent { context in
             let saved = context.enter(self)
             withCarriedContext { start() }
             context.leave(restoring: saved)
         }
-        withStateLock { $0.isQueueStart = false }
         return nil
     }
 

@@ -134,8 +134,10 @@ struct OperationState: Equatable, Sendable, CustomStringConvertible {
     /// Consequences done, waiters released.
     var isRetired: Bool { raw & Self.retiredBit != 0 }
 
-    /// The owning queue is calling `start()`: the base `start()` accepts the
-    /// call without the checks a call by hand gets.
+    /// The owning queue called `start()` (a class that overrides it): the
+    /// base `start()` accepts the call without the checks a call by hand
+    /// gets, whenever it comes (the class may make it later, from another
+    /// thread). Consumed by the base start, cleared by the finish.
     var isQueueStart: Bool {
         get { raw & Self.queueStartBit != 0 }
         set { set(Self.queueStartBit, newValue) }

@@ -288,14 +288,24 @@ extension OperationQueue {
 
     /// Refuses operations that found no room under `.reject` (or whose
     /// async add was cancelled while waiting for room), after
-    /// `removingRefusedAdds`: they are cancelled and, if their class keeps
-    /// the base `start()`, finished without running their work (their
-    /// completion blocks run). They are not added.
+    /// `removingRefusedAdds`: they are cancelled and finished without
+    /// running their work (their completion blocks run). They are not added.
+    ///
+    /// The class's `cancel()` runs, and the base cancellation too (a class
+    /// that keeps its own cancelled flag does not call `super.cancel()`,
+    /// and the base start would otherwise run its `main()`, or refuse to
+    /// start it while not ready: probe 25). Then the operation is started
+    /// as a queue starts a cancelled operation: the base start skips the
+    /// body; a class's own `start()` is called, and Foundation's contract
+    /// for it is to finish a cancelled operation without doing the work.
     final func refuseForLackOfRoom(_ operations: [Operation]) {
         for operation in operations {
             if OperationInstrumentation.isActive { OperationInstrumentation.emit(.rejected, operation, queue: self) }
             operation.cancel()
-            if !operation.overrides(.start) {
+            operation.performCancel()
+            if operation.overrides(.start) {
+                operation.start()
+            } else {
                 operation.performBaseStart(queueCall: false)?.run()
             }
         }

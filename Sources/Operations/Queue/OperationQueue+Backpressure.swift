@@ -16,9 +16,13 @@ extension OperationQueue {
     /// - the synchronous ``addOperation(_:)-5grj9`` and
     ///   ``addOperations(_:waitUntilFinished:)`` follow `policy`: `.block`
     ///   waits for room (on a pool worker, the pool compensates), `.reject`
-    ///   cancels the operations and, unless their class overrides
-    ///   `start()`, finishes them without running their work (their
-    ///   completion blocks still run) instead of adding them.
+    ///   cancels the operations (with their class's `cancel()` and the base
+    ///   class's) and finishes them without running their work, instead of
+    ///   adding them: their completion blocks still run. The operation is
+    ///   started as a queue starts a cancelled one, on the calling thread:
+    ///   the default `start()` skips `main()`; a class's own `start()` is
+    ///   called, and must finish a cancelled operation without doing the
+    ///   work, as Foundation asks of every such `start()`.
     ///
     /// A batch larger than the limit is accepted when the queue is empty, so
     /// that it cannot wait forever. Adds made from inside the queue's own
@@ -70,8 +74,9 @@ extension OperationQueue {
     /// Adds `operation`, suspending while the queue is at its pending limit.
     ///
     /// Cancelling the awaiting task while it waits for room cancels the
-    /// operation and returns without adding it (it still finishes, and its
-    /// completion block runs).
+    /// operation and returns without adding it: it still finishes, without
+    /// running its work, and its completion block runs (as for
+    /// ``PendingLimitPolicy/reject``, see ``setPendingLimit(_:policy:)``).
     public func addOperation(_ operation: Operation) async {
         await addOperations([operation])
     }

@@ -533,7 +533,8 @@ public struct QueueProgress: Sendable, Hashable, CustomStringConvertible {
 public enum PendingLimitPolicy: Sendable, Hashable {
     /// `addOperation` blocks until there is room (the default).
     case block
-    /// `addOperation` refuses the operation: it is cancelled, never runs its
-    /// work, and is not added. `tryAddOperation` reports the refusal.
+    /// `addOperation` refuses the operation: it is cancelled, finished
+    /// without running its work (its completion block runs), and not added.
+    /// `tryAddOperation` reports the refusal.
     case reject
 }

@@ -150,6 +150,10 @@ public enum OperationGraph {
             case "\"": result += "\\\""
             case "\\": result += "\\\\"
             case "\n": result += "\\n"
+            // Other control characters end or break a DOT string (GraphViz
+            // reads a NUL as its end): replaced, as in the SVG timeline.
+            case "\t": result += " "
+            case "\u{0}"..."\u{1F}", "\u{7F}": result += "\u{FFFD}"
             default: result.unicodeScalars.append(scalar)
             }
         }
