@@ -83,12 +83,12 @@ final class WaitRegistry: @unchecked Sendable {
         // The analysis holds operations and queues; it is released after
         // unlocking, in case it holds the last reference to one of them
         // (whose deinit may be user code).
-        var analysis: Analysis?
+        var analysis: WaitAnalysis?
         defer { withExtendedLifetime(analysis) {} }
         lock.lock()
         defer { lock.unlock() }
         if !record.running.isEmpty {
-            analysis = Analysis(origin: record, records: Array(records.values))
+            analysis = WaitAnalysis(origin: record, records: Array(records.values))
             if let verdict = analysis?.neverEnds(record.target), verdict.isCertain {
                 return verdict
             }
@@ -110,12 +110,12 @@ final class WaitRegistry: @unchecked Sendable {
     /// confirm gives up (the others then see its thread as free).
     func recheck(_ record: Record, confirm: Bool) -> WaitVerdict? {
         // Released after unlocking, as in `begin`.
-        var analysis: Analysis?
+        var analysis: WaitAnalysis?
         defer { withExtendedLifetime(analysis) {} }
         lock.lock()
         defer { lock.unlock() }
         guard records[ObjectIdentifier(record)] != nil else { return nil }
-        analysis = Analysis(origin: record, records: records.values.filter { $0 !== record })
+        analysis = WaitAnalysis(origin: record, records: records.values.filter { $0 !== record })
         guard let verdict = analysis?.neverEnds(record.target) else { return nil }
         if confirm { records.removeValue(forKey: ObjectIdentifier(record)) }
         return verdict
@@ -158,260 +158,6 @@ final class WaitRegistry: @unchecked Sendable {
 
     /// The number of waits in progress (tests, diagnostics).
     var count: Int { lock.withLock { records.count } }
-}
-
-/// The question "can this wait ever end without outside help?", answered
-/// over the graph of what each piece of work needs. Called with the
-/// registry's lock held.
-///
-/// Nodes are operations and wait targets; each is free (it may make progress
-/// by itself: running on a thread that is not waiting, asynchronous, in a
-/// suspended queue or in no queue), the waiter's own work (stuck), or stuck
-/// when one thing it needs is stuck, or when every holder of the slots it
-/// needs is stuck. The answer is the greatest fixed point: everything is
-/// assumed stuck until shown free, so a cycle of waits closes. A cycle of
-/// dependencies alone is not a wait cycle (cancelling a member breaks it, and
-/// the hang report names it), so the dependency edges inside one (between
-/// operations of one strongly connected component, a self-dependency
-/// included) are ignored here. Everything else a member needs still counts:
-/// a member that also needs work blocked behind the wait is stuck.
-private struct Analysis {
-    let origin: WaitRegistry.Record
-    /// Running operation → the wait of the thread or task running it.
-    var blockedRunner: [ObjectIdentifier: WaitRegistry.Record] = [:]
-    var originRunning: Set<ObjectIdentifier>
-
-    enum Key: Hashable {
-        case operation(ObjectIdentifier)
-        case queue(ObjectIdentifier)
-        case room(ObjectIdentifier)
-    }
-
-    struct Node {
-        /// A known value (free: false; the waiter's own work: true), or nil.
-        var fixed: Bool?
-        /// Stuck if any of these is stuck.
-        var needs: [Key] = []
-        /// The operation's unfinished dependencies: stuck if any of these is
-        /// stuck, once the edges inside dependency cycles are dropped.
-        var dependencies: [Key] = []
-        /// Stuck if all of these are stuck (slot holders; a queue's members for room).
-        var anyOf: [Key]?
-        var stuck = true
-    }
-
-    var nodes: [Key: Node] = [:]
-    /// Every operation and queue the analysis obtained, kept until the
-    /// analysis itself is released, after the registry's lock (see
-    /// `WaitRegistry.begin`). Another thread may meanwhile drop the last
-    /// other reference to one of them, and its `deinit` (user code) must
-    /// not run under the lock when a temporary goes out of scope (probe 10).
-    private var heldLists: [[Operation]] = []
-    private var heldObjects: [AnyObject] = []
-
-    init(origin: WaitRegistry.Record, records: [WaitRegistry.Record]) {
-        self.origin = origin
-        originRunning = Set(origin.running.map(ObjectIdentifier.init))
-        for record in records {
-            for operation in record.running { blockedRunner[ObjectIdentifier(operation)] = record }
-        }
-    }
-
-    /// Why `target` can never be reached without the waiter, or nil. Reads
-    /// no names (user code): the verdict is described after unlocking.
-    mutating func neverEnds(_ target: WaitRegistry.Target) -> WaitVerdict? {
-        let root = explore(target)
-        solve()
-        guard nodes[root]?.stuck == true else { return nil }
-        let waiter = origin.running.last
-        switch target {
-        case .operation(let operation):
-            if originRunning.contains(ObjectIdentifier(operation)) {
-                // Its own body, run by the base `start()` (on this thread, or
-                // an `async` body awaiting it): nothing else can finish it.
-                return WaitVerdict(kind: .runsTarget(operation), waiter: waiter, isCertain: Self.onlyItsBodyFinishes(operation))
-            }
-            return WaitVerdict(kind: .operationBlocked(operation), waiter: waiter, isCertain: false)
-        case .queue(let queue):
-            if let own = origin.running.first(where: { $0.belongs(to: queue) && !$0.loadState().isFinished }) {
-                return WaitVerdict(kind: .ownQueue(queue, own), waiter: waiter, isCertain: Self.onlyItsBodyFinishes(own))
-            }
-            return WaitVerdict(kind: .queueBlocked(queue), waiter: waiter, isCertain: false)
-        case .room(let queue):
-            return WaitVerdict(kind: .room(queue), waiter: waiter, isCertain: false)
-        }
-    }
-
-    /// Whether `operation` can finish only by its body returning: the base
-    /// `start()` runs the body (base-executing), and it is not an
-    /// ``AsyncOperation``, whose `finish()` may come from any thread (a
-    /// class that overrides `start()` is never base-executing).
-    private static func onlyItsBodyFinishes(_ operation: Operation) -> Bool {
-        operation.loadState().isBaseExecuting && !(operation is AsyncOperation)
-    }
-
-    // MARK: Building the graph
-
-    private mutating func explore(_ target: WaitRegistry.Target) -> Key {
-        switch target {
-        case .operation(let operation):
-            return explore(operation)
-        case .queue(let queue):
-            let key = Key.queue(ObjectIdentifier(queue))
-            guard nodes[key] == nil else { return key }
-            nodes[key] = Node()
-            let members = queue.analysisOperations()
-            heldLists.append(members)
-            let needs = members.map { explore($0) }
-            nodes[key]?.needs = needs
-            if needs.isEmpty { nodes[key]?.fixed = false }
-            return key
-        case .room(let queue):
-            let key = Key.room(ObjectIdentifier(queue))
-            guard nodes[key] == nil else { return key }
-            nodes[key] = Node()
-            let members = queue.analysisOperations()
-            heldLists.append(members)
-            let holders = members.map { explore($0) }
-            if holders.isEmpty { nodes[key]?.fixed = false } else { nodes[key]?.anyOf = holders }
-            return key
-        }
-    }
-
-    private mutating func explore(_ operation: Operation) -> Key {
-        let key = Key.operation(ObjectIdentifier(operation))
-        guard nodes[key] == nil else { return key }
-        nodes[key] = Node()
-        nodes[key] = node(for: operation)
-        return key
-    }
-
-    private mutating func node(for operation: Operation) -> Node {
-        let state = operation.loadState()
-        if state.isRetired { return Node(fixed: false) }
-        if originRunning.contains(ObjectIdentifier(operation)) {
-            // The waiter's own work is stuck while it waits, unless something
-            // else may finish it: an `AsyncOperation`'s `finish()`, or a
-            // class's own `start()` (never base-executing), may come from any
-            // thread, as in Foundation.
-            return Node(fixed: Self.onlyItsBodyFinishes(operation) ? true : false)
-        }
-        if let runner = blockedRunner[ObjectIdentifier(operation)] {
-            return Node(needs: [explore(runner.target)])
-        }
-        if state.isFinished || state.hasBaseStarted { return Node(fixed: false) }
-        var result = Node()
-        if !state.isCancelled {
-            // Queued or not, a pending operation cannot be started (by its
-            // queue or by hand) before its dependencies finish.
-            // The stored edges, not the `open` getter: an override is user
-            // code, and this runs under the registry's lock.
-            let dependencies = operation.unfinishedDependencies()
-            heldLists.append(dependencies)
-            for dependency in dependencies where dependency !== operation {
-                result.dependencies.append(explore(dependency))
-            }
-        }
-        guard let queue = operation.owningQueueForAnalysis() else {
-            // In no queue: once ready, whoever holds it may start it.
-            return result
-        }
-        heldObjects.append(queue)
-        guard let snapshot = queue.analysisSnapshot(of: operation) else { return result }
-        if let barrier = snapshot.barrier { heldObjects.append(barrier) }
-        heldLists.append(snapshot.earlier)
-        heldLists.append(snapshot.slotHolders)
-        if snapshot.dispatched || snapshot.suspended { return Node(fixed: false) }
-        if !state.isCancelled {
-            if let barrier = snapshot.barrier { result.needs.append(explore(barrier)) }
-            for earlier in snapshot.earlier { result.needs.append(explore(earlier)) }
-        }
-        if snapshot.needsSlot, snapshot.slotsFull {
-            let holders = snapshot.slotHolders.map { explore($0) }
-            if !holders.isEmpty { result.anyOf = holders }
-        }
-        return result
-    }
-
-    // MARK: Solving
-
-    private mutating func solve() {
-        // Dependency cycles alone are Foundation's semantics, not a wait
-        // cycle: the edges inside them do not make anything stuck.
-        dropEdgesInsideDependencyCycles()
-        for key in nodes.keys {
-            if let fixed = nodes[key]?.fixed { nodes[key]?.stuck = fixed }
-        }
-        // A node that needs nothing is free: the loop below frees it at the
-        // first pass (`anyOf` is never an empty list).
-        var changed = true
-        while changed {
-            changed = false
-            for (key, node) in nodes where node.fixed == nil && node.stuck {
-                let needed = node.needs.contains { nodes[$0]?.stuck ?? false }
-                    || node.dependencies.contains { nodes[$0]?.stuck ?? false }
-                let slotBound = node.anyOf.map { holders in holders.allSatisfy { nodes[$0]?.stuck ?? false } } ?? false
-                if !needed && !slotBound {
-                    nodes[key]?.stuck = false
-                    changed = true
-                }
-            }
-        }
-    }
-
-    /// Removes every dependency edge between two operations of the same
-    /// strongly connected component of the dependency graph (Tarjan's
-    /// algorithm, iterative: graphs may be deep).
-    private mutating func dropEdgesInsideDependencyCycles() {
-        let keys = Array(nodes.keys)
-        var index: [Key: Int] = [:]
-        index.reserveCapacity(keys.count)
-        for (position, key) in keys.enumerated() { index[key] = position }
-        let successors: [[Int]] = keys.map { key in (nodes[key]?.dependencies ?? []).compactMap { index[$0] } }
-        var order = [Int](repeating: -1, count: keys.count)
-        var lowLink = [Int](repeating: 0, count: keys.count)
-        var onStack = [Bool](repeating: false, count: keys.count)
-        var component = [Int](repeating: -1, count: keys.count)
-        var stack: [Int] = []
-        var visited = 0
-        var components = 0
-        for root in keys.indices where order[root] < 0 && !successors[root].isEmpty {
-            // (node, position of the next successor to visit)
-            var frames: [(Int, Int)] = [(root, 0)]
-            order[root] = visited; lowLink[root] = visited; visited += 1
-            stack.append(root); onStack[root] = true
-            while let (node, next) = frames.last {
-                if next < successors[node].count {
-                    frames[frames.count - 1].1 += 1
-                    let successor = successors[node][next]
-                    if order[successor] < 0 {
-                        order[successor] = visited; lowLink[successor] = visited; visited += 1
-                        stack.append(successor); onStack[successor] = true
-                        frames.append((successor, 0))
-                    } else if onStack[successor] {
-                        lowLink[node] = min(lowLink[node], order[successor])
-                    }
-                    continue
-                }
-                frames.removeLast()
-                if let parent = frames.last?.0 { lowLink[parent] = min(lowLink[parent], lowLink[node]) }
-                guard lowLink[node] == order[node] else { continue }
-                while let member = stack.popLast() {
-                    onStack[member] = false
-                    component[member] = components
-                    if member == node { break }
-                }
-                components += 1
-            }
-        }
-        for (position, key) in keys.enumerated() where !successors[position].isEmpty {
-            let own = component[position]
-            let kept = successors[position].filter { component[$0] != own }
-            if kept.count != successors[position].count {
-                nodes[key]?.dependencies = kept.map { keys[$0] }
-            }
-        }
-    }
 }
 
 /// Why a wait can never end: what the registry found, described (with the

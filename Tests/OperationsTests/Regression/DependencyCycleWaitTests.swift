@@ -81,6 +81,90 @@ func scenarioCycleOnOtherQueueIsNotReported() {
     #expect(misuses.events.isEmpty, "\(describeMisuses(misuses.events))")
 }
 
+/// The awaited operation's partner in a dependency cycle needs an
+/// operation queued behind the waiter on a serial queue: the cycle as a
+/// whole needs it (probe 26, W06).
+func scenarioCyclePartnerNeedsWorkBehindWaiter() {
+    let misuses = installChildMisuseRecorder()
+    let serial = OperationQueue()
+    serial.name = "partner-serial"
+    serial.maxConcurrentOperationCount = 1
+    let other = OperationQueue()
+    other.name = "partner-other"
+    let behind = BlockOperation {}
+    behind.name = "partner-behind"
+    let first = BlockOperation {}
+    first.name = "partner-first"
+    let second = BlockOperation {}
+    second.name = "partner-second"
+    first.addDependency(second)
+    second.addDependency(first)
+    second.addDependency(behind)
+    serial.addOperation { first.waitUntilFinished() }
+    serial.addOperation(behind)
+    other.addOperations([first, second], waitUntilFinished: false)
+    #expect(serial.waitUntilAllOperationsAreFinished(timeout: patience), "the waiter hangs")
+    #expect(misuses.events.map(\.code) == [.waitDeadlock], "\(describeMisuses(misuses.events))")
+    first.cancel()
+    #expect(other.waitUntilAllOperationsAreFinished(timeout: patience))
+}
+
+/// The awaited operation's partner in a dependency cycle is queued behind
+/// the waiter on its serial queue (probe 26, W06b).
+func scenarioCyclePartnerQueuedBehindWaiter() {
+    let misuses = installChildMisuseRecorder()
+    let serial = OperationQueue()
+    serial.name = "partner-behind-serial"
+    serial.maxConcurrentOperationCount = 1
+    let other = OperationQueue()
+    other.name = "partner-behind-other"
+    let first = BlockOperation {}
+    first.name = "queued-partner"
+    let second = BlockOperation {}
+    second.name = "awaited-partner"
+    first.addDependency(second)
+    second.addDependency(first)
+    serial.addOperation { second.waitUntilFinished() }
+    serial.addOperation(first)
+    other.addOperation(second)
+    #expect(waitUntil { !misuses.events.isEmpty }, "the wait is never reported")
+    #expect(misuses.events.map(\.code) == [.waitDeadlock], "\(describeMisuses(misuses.events))")
+    second.cancel()
+    #expect(other.waitUntilAllOperationsAreFinished(timeout: patience))
+    first.cancel()
+    #expect(serial.waitUntilAllOperationsAreFinished(timeout: patience))
+}
+
+/// A wait from an operation on the end of a chain of 50,000 dependencies,
+/// whose head is in no queue: the check explores the whole chain without
+/// recursion (it overflowed the stack, probe 26) and in linear time; the
+/// wait is legitimate and ends once the head is started by hand.
+func scenarioWaitOnLongChain() {
+    let misuses = installChildMisuseRecorder()
+    let head = BlockOperation {}
+    var chain: [Operation] = []
+    chain.reserveCapacity(50_000)
+    var previous: Operation = head
+    for _ in 0..<50_000 {
+        let link = BlockOperation {}
+        link.addDependency(previous)
+        chain.append(link)
+        previous = link
+    }
+    let links = OperationQueue()
+    links.addOperations(chain, waitUntilFinished: false)
+    let waiters = OperationQueue()
+    let last = previous
+    waiters.addOperation { last.waitUntilFinished() }
+    #expect(waitUntil { WaitRegistry.shared.count >= 1 })
+    // Several re-checks of the whole chain happen meanwhile.
+    #expect(staysFalse(for: .milliseconds(300)) { last.isFinished })
+    head.start()
+    #expect(waiters.waitUntilAllOperationsAreFinished(timeout: patience), "the waiter hangs")
+    #expect(links.waitUntilAllOperationsAreFinished(timeout: patience))
+    #expect(misuses.events.isEmpty, "\(describeMisuses(misuses.events))")
+}
+
 @Suite("Waits on members of dependency cycles")
 struct DependencyCycleWaitTests {
     @Test("a self-dependent operation that also needs work queued behind its waiter: reported")
@@ -91,6 +175,21 @@ struct DependencyCycleWaitTests {
     @Test("the members of a dependency cycle queued behind their waiter on a serial queue: reported")
     func cycleMembersQueuedBehindWaiter() async {
         await #expect(processExitsWith: .success) { scenarioCycleMembersQueuedBehindWaiter() }
+    }
+
+    @Test("a dependency cycle whose other member needs work queued behind the waiter: reported")
+    func cyclePartnerNeedsWorkBehindWaiter() async {
+        await #expect(processExitsWith: .success) { scenarioCyclePartnerNeedsWorkBehindWaiter() }
+    }
+
+    @Test("a dependency cycle whose other member is queued behind the waiter: reported")
+    func cyclePartnerQueuedBehindWaiter() async {
+        await #expect(processExitsWith: .success) { scenarioCyclePartnerQueuedBehindWaiter() }
+    }
+
+    @Test("a wait on the end of a 50,000-link chain is checked without overflowing the stack, and ends")
+    func waitOnLongChain() async {
+        await #expect(processExitsWith: .success) { scenarioWaitOnLongChain() }
     }
 
     @Test("a dependency cycle on another queue, waited for by an operation: not reported")
