@@ -18,16 +18,27 @@ private func allocatedSize(of object: AnyObject) -> Int {
     mallocUsableSize(Unmanaged.passUnretained(object).toOpaque())
 }
 
+/// The smallest chunk malloc gives an object made by `make`, over a few
+/// allocations kept alive together. One allocation alone may get a larger
+/// chunk than its size class: glibc hands out a whole free chunk when the
+/// rest would be too small to split off, and the tests running alongside
+/// leave such chunks behind (one run read 104 bytes for a plain
+/// `Operation`, whose class is 88).
+private func smallestAllocatedSize(_ make: () -> AnyObject) -> Int {
+    let objects = (0..<32).map { _ in make() }
+    return objects.map(allocatedSize(of:)).min() ?? 0
+}
+
 @Suite("Memory per operation")
 struct MemoryLayoutTests {
     @Test("a BlockOperation fits a 112-byte malloc chunk, before and after it joins a queue")
     func blockOperationSize() {
-        let operation = BlockOperation {}
-        #expect(allocatedSize(of: operation) <= 104)
+        let operations = (0..<32).map { _ in BlockOperation {} }
+        #expect(operations.map(allocatedSize(of:)).min()! <= 104)
         let queue = OperationQueue()
         queue.isSuspended = true
-        queue.addOperation(operation)
-        #expect(allocatedSize(of: operation) <= 104)
+        queue.addOperations(operations, waitUntilFinished: false)
+        #expect(operations.map(allocatedSize(of:)).min()! <= 104)
         queue.cancelAllOperations()
         queue.isSuspended = false
         #expect(queue.waitUntilAllOperationsAreFinished(timeout: patience))
@@ -35,7 +46,7 @@ struct MemoryLayoutTests {
 
     @Test("a plain Operation fits a 96-byte malloc chunk")
     func operationSize() {
-        #expect(allocatedSize(of: Operation()) <= 88)
+        #expect(smallestAllocatedSize { Operation() } <= 88)
     }
 
     @Test("the queue's record in each operation is five words")

@@ -216,6 +216,10 @@ extension Operation {
         _ state: OperationState,
         cancelled: Bool
     ) -> (code: OperationMisuse.Code, detail: String)? {
+        // Executing first: a second start of a queued operation that is
+        // already running (two `super.start()` calls of a class's own
+        // `start()`) is a start while executing, not a start by hand.
+        if state.isBaseExecuting { return startRefusal(state) }
         if state.isEnqueued, !state.isFinished {
             let owner = withStateLock { _ in membership?.takeUnretainedValue() }
             let name = owner?.misuseSubject ?? "a queue"

@@ -303,6 +303,9 @@ extension OperationQueue {
             if OperationInstrumentation.isActive { OperationInstrumentation.emit(.rejected, operation, queue: self) }
             operation.cancel()
             operation.performCancel()
+            // Its `cancel()` (user code) may have finished it, or given it
+            // to a queue, which then starts it: not this call's to start.
+            guard operation.enqueueRefusal() == nil else { continue }
             if operation.overrides(.start) {
                 operation.start()
             } else {

@@ -198,7 +198,11 @@ struct AsyncSurfaceRegressionTests {
             }
         }
         await queue.addOperation(operation)
-        #expect(await followUp.opened(within: 30), "the add waited for room that the operation itself held")
+        // Generous: the task that adds runs on Swift's cooperative pool
+        // (two threads here), which the suite's blocking tests can hold for
+        // tens of seconds under AddressSanitizer on a loaded machine (one CI
+        // run missed 30 s). A wait for room that the operation held never ends.
+        #expect(await followUp.opened(within: 120), "the add waited for room that the operation itself held")
         try await withTimeLimit { await queue.drained() }
         #expect(seenQueue.value)
     }

@@ -80,6 +80,47 @@ private final class HandBuiltOperation: Operation, @unchecked Sendable {
     }
 }
 
+/// Hands itself to `refuge` when cancelled.
+private final class FleeingOperation: Operation, @unchecked Sendable {
+    // @unchecked Sendable: `refuge` is immutable; `ran` is Sendable.
+    let refuge: OperationQueue
+    let ran = Counter()
+
+    init(refuge: OperationQueue) {
+        self.refuge = refuge
+        super.init()
+    }
+
+    override func cancel() {
+        super.cancel()
+        refuge.addOperation(self)
+    }
+
+    override func main() { ran.increment() }
+}
+
+/// Starts its base start on another thread, and, while that one runs
+/// `main()`, calls `super.start()` a second time itself.
+private final class DoubleStartingOperation: Operation, @unchecked Sendable {
+    // @unchecked Sendable: the gates and `ran` are Sendable.
+    let entered = Gate()
+    let release = Gate()
+    let ran = Counter()
+
+    override func start() {
+        spawnThread { super.start() }
+        _ = entered.wait()
+        super.start()
+        release.open()
+    }
+
+    override func main() {
+        ran.increment()
+        entered.open()
+        _ = release.wait()
+    }
+}
+
 /// A queue full under `.reject`: suspended, holding one operation.
 private func fullRejectingQueue(_ name: String) -> OperationQueue {
     let queue = makeQueue(name)
@@ -103,6 +144,17 @@ func scenarioSuperStartAfterQueueCallReturned() {
     #expect(queue.waitUntilAllOperationsAreFinished(timeout: patience), "the re-dispatched operations never finish")
     #expect(misuses.events.isEmpty, "\(describeMisuses(misuses.events))")
     #expect(operations.allSatisfy { $0.isFinished && $0.ran.count == 1 })
+}
+
+func scenarioSecondSuperStartWhileExecuting() {
+    let misuses = installChildMisuseRecorder()
+    let queue = makeQueue("double-start")
+    let operation = DoubleStartingOperation()
+    operation.name = "double-start"
+    queue.addOperation(operation)
+    #expect(queue.waitUntilAllOperationsAreFinished(timeout: patience))
+    #expect(misuses.events.map(\.code) == [.startWhileExecuting], "\(describeMisuses(misuses.events))")
+    #expect(operation.ran.count == 1 && operation.isFinished)
 }
 
 @Suite("Classes with their own start() or cancelled flag (probe 25)")
@@ -153,6 +205,27 @@ struct CustomClassStartTests {
         #expect(waitUntil { completed.count == 1 })
         queue.isSuspended = false
         #expect(queue.waitUntilAllOperationsAreFinished(timeout: patience))
+    }
+
+    @Test("a refused operation whose cancel() gives it to another queue is left to that queue: no misuse, no work")
+    func rejectedOperationFleesToAnotherQueue() {
+        let queue = fullRejectingQueue("reject-fleeing")
+        let refuge = makeQueue("refuge")
+        let completed = Counter()
+        let operation = FleeingOperation(refuge: refuge)
+        operation.completionBlock = { completed.increment() }
+        let reported = misuses { queue.addOperation(operation) }
+        #expect(reported.isEmpty, "\(describeMisuses(reported))")
+        #expect(refuge.waitUntilAllOperationsAreFinished(timeout: patience))
+        #expect(operation.isFinished && operation.ran.count == 0)
+        #expect(waitUntil { completed.count == 1 })
+        queue.isSuspended = false
+        #expect(queue.waitUntilAllOperationsAreFinished(timeout: patience))
+    }
+
+    @Test("a second super.start() while the queue's start runs main() is a start while executing")
+    func secondSuperStartWhileExecuting() async {
+        await #expect(processExitsWith: .success) { scenarioSecondSuperStartWhileExecuting() }
     }
 
     @Test("cancelling an async add that waits for room finishes a hand-built operation, and its completion block runs")
