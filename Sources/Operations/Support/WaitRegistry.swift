@@ -103,6 +103,15 @@ final class WaitRegistry: @unchecked Sendable {
     /// to widen a queue, remove a dependency or cancel an operation.
     static let confirmationDelay: UInt64 = 1_000_000_000
 
+    /// The least time before the next check of a wait whose last check
+    /// began at `start` (monotonic nanoseconds) and has just returned:
+    /// seven times what it took, so that checks of a large graph (each one
+    /// linear in the operations it reads, under this registry's lock) hold
+    /// the lock at most an eighth of the time. At most a minute.
+    static func spacing(afterCheckThatBegan start: UInt64) -> UInt64 {
+        min(monotonicNanoseconds() &- start, 8_000_000_000) * 7
+    }
+
     /// Checks again whether the registered wait `record` can ever end (the
     /// graph may have changed since it began). Returns the verdict if it
     /// cannot; with `confirm`, the record is then also removed, under the
@@ -253,6 +262,7 @@ final class WaitWatch: @unchecked Sendable {
         }
         guard let (record, confirm) = pending else { return }
         let verdict = registry.recheck(record, confirm: confirm)
+        let spacing = WaitRegistry.spacing(afterCheckThatBegan: now)
         if let verdict, confirm {
             let proceed = state.withLock { state -> Bool in
                 guard state.record != nil else { return false }
@@ -266,11 +276,11 @@ final class WaitWatch: @unchecked Sendable {
         let next: UInt64 = state.withLock { state in
             if verdict != nil {
                 if state.suspectSince == nil { state.suspectSince = now }
-                return Self.suspectInterval
+                return max(Self.suspectInterval, spacing)
             }
             state.suspectSince = nil
             state.interval = min(state.interval * 2, 1_000_000_000)
-            return state.interval
+            return max(state.interval, spacing)
         }
         schedule(after: next)
     }

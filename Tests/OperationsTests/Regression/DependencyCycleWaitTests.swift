@@ -156,12 +156,16 @@ func scenarioWaitOnLongChain() {
     let waiters = OperationQueue()
     let last = previous
     waiters.addOperation { last.waitUntilFinished() }
-    #expect(waitUntil { WaitRegistry.shared.count >= 1 })
+    // Generous bounds: under ThreadSanitizer each check of the chain and
+    // the run of its 50,000 operations take seconds (one CI run needed
+    // more than 10 s); what the test guards against is a crash or a hang.
+    let sanitizerPatience: Duration = .seconds(120)
+    #expect(waitUntil(timeout: sanitizerPatience) { WaitRegistry.shared.count >= 1 })
     // Several re-checks of the whole chain happen meanwhile.
     #expect(staysFalse(for: .milliseconds(300)) { last.isFinished })
     head.start()
-    #expect(waiters.waitUntilAllOperationsAreFinished(timeout: patience), "the waiter hangs")
-    #expect(links.waitUntilAllOperationsAreFinished(timeout: patience))
+    #expect(waiters.waitUntilAllOperationsAreFinished(timeout: sanitizerPatience), "the waiter hangs")
+    #expect(links.waitUntilAllOperationsAreFinished(timeout: sanitizerPatience))
     #expect(misuses.events.isEmpty, "\(describeMisuses(misuses.events))")
 }
 
