@@ -81,7 +81,9 @@ enum HangReport {
     /// again (`WaitRegistry.recheck`). The checks start after 50 ms and back
     /// off to one per second; once a check finds the wait stuck, it is
     /// checked every 50 ms, and the wait gives up only when every check for
-    /// `WaitRegistry.confirmationDelay` found it stuck.
+    /// `WaitRegistry.confirmationDelay` found it stuck. A check of a large
+    /// graph spaces the next one by seven times its own duration
+    /// (`WaitRegistry.spacing(afterCheckThatBegan:)`).
     static func wait(on signal: WaitSignal, checking record: WaitRegistry.Record, describe: () -> HangDescription) -> Outcome {
         let threshold = Self.threshold
         var warnAt = threshold.map { Deadline(nanosecondsFromNow: $0) }

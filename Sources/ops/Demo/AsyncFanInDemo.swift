@@ -67,6 +67,14 @@ enum AsyncFanInDemo {
         let dependentStarted: Bool
     }
 
+    /// What op1's body saw of its dependencies when it began.
+    private final class StartSnapshot: Sendable {
+        private let state = Mutex<(awaited: [Operation], finished: [Bool]?)>(([], nil))
+        func watch(_ operations: [Operation]) { state.withLock { $0.awaited = operations } }
+        func record() { state.withLock { $0.finished = $0.awaited.map(\.isFinished) } }
+        var finished: [Bool]? { state.withLock { $0.finished } }
+    }
+
     static func run(_ log: DemoLog) {
         log.section("1. asyncOp1 (the article's MLAsyncOperation) and asyncOp2 (the library's AsyncOperation); op1 depends on both")
         let queue = OperationQueue()
@@ -76,7 +84,9 @@ enum AsyncFanInDemo {
         let recorder = StateRecorder(log: log)
         let probes = Mutex<[Probe]>([])
 
+        let snapshot = StartSnapshot()
         let op1 = BlockOperation {
+            snapshot.record()
             object.method1()
         }
         @Sendable func probe(_ operation: Operation, _ name: String) {
@@ -107,6 +117,7 @@ enum AsyncFanInDemo {
         recorder.watch(asyncOp2, as: "asyncOp2", printInitialValues: false)
         recorder.watch(op1, as: "op1", printInitialValues: false)
 
+        snapshot.watch([asyncOp1, asyncOp2])
         op1.addDependency(asyncOp1)
         op1.addDependency(asyncOp2)
         queue.addOperation(asyncOp1)
@@ -147,11 +158,16 @@ enum AsyncFanInDemo {
                 detail: sample.map { "isExecuting=\(yesNo($0.executing)) isFinished=\(yesNo($0.finished)) op1 started=\(yesNo($0.dependentStarted))" } ?? "the callback never ran"
             )
         }
-        log.checkOrder(["async method 1 end", "asyncOp1 isFinished NO→YES", "method 1 begin", "method 1 end"],
-                       "the sync method ran after async method 1 ended and asyncOp1 finished")
-        log.checkOrder(["async method 2 end", "asyncOp2 isFinished NO→YES", "method 1 begin"],
-                       "the sync method ran after async method 2 ended and asyncOp2 finished")
-        // Finishing releases dependents first, then tells isFinished observers.
+        log.checkOrder(["async method 1 end", "method 1 begin", "method 1 end"], "the sync method ran after async method 1 ended")
+        log.checkOrder(["async method 2 end", "method 1 begin"], "the sync method ran after async method 2 ended")
+        // Finishing releases dependents first, then tells isFinished
+        // observers: op1 may begin before the "isFinished NO→YES" lines are
+        // printed, so its body reads both operations' state instead.
+        log.check(
+            snapshot.finished == [true, true],
+            "asyncOp1 and asyncOp2 had both finished when the sync method began",
+            detail: snapshot.finished.map { "isFinished: \($0.map(yesNo))" } ?? "the sync method never ran"
+        )
         log.checkOrder(["async method 1 end", "op1 isReady NO→YES", "method 1 begin"], "op1 became ready only after asyncOp1 finished its work")
         log.checkOrder(["async method 2 end", "op1 isReady NO→YES", "method 1 begin"], "op1 became ready only after asyncOp2 finished its work")
         log.checkThreads(of: ["async method 1 begin", "async method 2 begin", "method 1 begin"], startWith: "ops.worker.",
