@@ -45,8 +45,10 @@ private final class MyNonConcurrentOperation: Operation, @unchecked Sendable {
 
 /// The chapter's MyOperation: its own `executing` / `finished` flags,
 /// isConcurrent, start() detaching a thread that runs main(), and
-/// completeOperation() announcing in the documented nested order.
-private final class ListingConcurrentOperation: Operation, @unchecked Sendable {
+/// completeOperation() announcing in the documented nested order. Also
+/// used where the library refuses or starts such a class cancelled
+/// (`CustomClassStartTests`).
+final class ListingConcurrentOperation: Operation, @unchecked Sendable {
     // @unchecked Sendable: `flags` is a Mutex; `work` is immutable.
     private let flags = LockedValue<(executing: Bool, finished: Bool)>((false, false))
     let work: @Sendable () -> Void

@@ -46,14 +46,9 @@ struct WaitAnalysis {
         var anyOf: [Key]?
     }
 
-    /// What a node still has to explore: the object it stands for.
-    private enum Unexplored {
-        case operation(Operation)
-        case target(WaitRegistry.Target)
-    }
-
     private var nodes: [Key: Node] = [:]
-    private var unexplored: [(Key, Unexplored)] = []
+    /// Nodes registered but not explored yet, with what they stand for.
+    private var unexplored: [(Key, WaitRegistry.Target)] = []
     /// Every operation and queue the analysis obtained, kept until the
     /// analysis itself is released, after the registry's lock (see
     /// `WaitRegistry.begin`). Another thread may meanwhile drop the last
@@ -74,12 +69,7 @@ struct WaitAnalysis {
     /// no names (user code): the verdict is described after unlocking.
     mutating func neverEnds(_ target: WaitRegistry.Target) -> WaitVerdict? {
         let root = key(for: target)
-        while let (key, item) = unexplored.popLast() {
-            switch item {
-            case .operation(let operation): nodes[key] = node(for: operation)
-            case .target(let target): nodes[key] = node(for: target)
-            }
-        }
+        while let (key, item) = unexplored.popLast() { nodes[key] = node(for: item) }
         guard stuckKeys().contains(root) else { return nil }
         let waiter = origin.running.last
         switch target {
@@ -121,7 +111,7 @@ struct WaitAnalysis {
         }
         if nodes[targetKey] == nil {
             nodes[targetKey] = Node()
-            unexplored.append((targetKey, .target(target)))
+            unexplored.append((targetKey, target))
         }
         return targetKey
     }

@@ -45,41 +45,6 @@ private final class OwnCancelFlagOperation: Operation, @unchecked Sendable {
     override func main() { ran.increment() }
 }
 
-/// The chapter's hand-built concurrent operation: its `start()` finishes a
-/// cancelled operation at once, and otherwise stays executing until
-/// `finish()`.
-private final class HandBuiltOperation: Operation, @unchecked Sendable {
-    // @unchecked Sendable: `flags` is locked; `ran` is Sendable.
-    private let flags = LockedValue<(executing: Bool, finished: Bool)>((false, false))
-    let ran = Counter()
-
-    override var isAsynchronous: Bool { true }
-    override var isExecuting: Bool { flags.withLock { $0.executing } }
-    override var isFinished: Bool { flags.withLock { $0.finished } }
-
-    override func start() {
-        if isCancelled {
-            willChangeValue(forKey: "isFinished")
-            flags.withLock { $0.finished = true }
-            didChangeValue(forKey: "isFinished")
-            return
-        }
-        willChangeValue(forKey: "isExecuting")
-        flags.withLock { $0.executing = true }
-        didChangeValue(forKey: "isExecuting")
-        ran.increment()
-        finish()
-    }
-
-    func finish() {
-        willChangeValue(forKey: "isFinished")
-        willChangeValue(forKey: "isExecuting")
-        flags.withLock { $0 = (false, true) }
-        didChangeValue(forKey: "isExecuting")
-        didChangeValue(forKey: "isFinished")
-    }
-}
-
 /// Hands itself to `refuge` when cancelled.
 private final class FleeingOperation: Operation, @unchecked Sendable {
     // @unchecked Sendable: `refuge` is immutable; `ran` is Sendable.
@@ -198,10 +163,11 @@ struct CustomClassStartTests {
     func rejectedHandBuilt() {
         let queue = fullRejectingQueue("reject-hand-built")
         let completed = Counter()
-        let operation = HandBuiltOperation()
+        let ran = Counter()
+        let operation = ListingConcurrentOperation { ran.increment() }
         operation.completionBlock = { completed.increment() }
         queue.addOperation(operation)
-        #expect(operation.isCancelled && operation.isFinished && operation.ran.count == 0)
+        #expect(operation.isCancelled && operation.isFinished && ran.count == 0)
         #expect(waitUntil { completed.count == 1 })
         queue.isSuspended = false
         #expect(queue.waitUntilAllOperationsAreFinished(timeout: patience))
@@ -235,12 +201,13 @@ struct CustomClassStartTests {
         queue.setPendingLimit(1)
         await queue.addOperation(BlockOperation {})
         let completed = Counter()
-        let waiting = HandBuiltOperation()
+        let ran = Counter()
+        let waiting = ListingConcurrentOperation { ran.increment() }
         waiting.completionBlock = { completed.increment() }
         let producer = Task { await queue.addOperation(waiting) }
         producer.cancel()
         try await withTimeLimit { await producer.value }
-        #expect(waiting.isCancelled && waiting.ran.count == 0)
+        #expect(waiting.isCancelled && ran.count == 0)
         // Polled, not awaited: `finished()` waits for the finish even when
         // cancelled, and before the fix the operation never finished.
         #expect(await waitUntilAsync { waiting.isFinished && completed.count == 1 })

@@ -6,19 +6,21 @@
 import Testing
 @testable import Operations
 
+/// An operation with nothing to do, named for the misuse messages.
+private func emptyOperation(_ name: String) -> BlockOperation {
+    let operation = BlockOperation {}
+    operation.name = name
+    return operation
+}
+
 /// The awaited operation depends on itself and on an operation queued
 /// behind its waiter on a serial queue.
 func scenarioSelfDependentTargetNeedsWorkBehindWaiter() {
     let misuses = installChildMisuseRecorder()
-    let serial = OperationQueue()
-    serial.name = "self-dependent-serial"
-    serial.maxConcurrentOperationCount = 1
-    let other = OperationQueue()
-    other.name = "self-dependent-other"
-    let behind = BlockOperation {}
-    behind.name = "behind-the-waiter"
-    let target = BlockOperation {}
-    target.name = "self-dependent-target"
+    let serial = makeQueue("self-dependent-serial", width: 1)
+    let other = makeQueue("self-dependent-other")
+    let behind = emptyOperation("behind-the-waiter")
+    let target = emptyOperation("self-dependent-target")
     target.addDependency(behind)
     target.addDependency(target)
     serial.addOperation { target.waitUntilFinished() }
@@ -36,13 +38,9 @@ func scenarioSelfDependentTargetNeedsWorkBehindWaiter() {
 /// could start before the waiter returns.
 func scenarioCycleMembersQueuedBehindWaiter() {
     let misuses = installChildMisuseRecorder()
-    let serial = OperationQueue()
-    serial.name = "cycle-behind-serial"
-    serial.maxConcurrentOperationCount = 1
-    let first = BlockOperation {}
-    first.name = "cycle-first"
-    let second = BlockOperation {}
-    second.name = "cycle-second"
+    let serial = makeQueue("cycle-behind-serial", width: 1)
+    let first = emptyOperation("cycle-first")
+    let second = emptyOperation("cycle-second")
     first.addDependency(second)
     second.addDependency(first)
     let waiter = BlockOperation { first.waitUntilFinished() }
@@ -59,15 +57,10 @@ func scenarioCycleMembersQueuedBehindWaiter() {
 /// operation: cancelling a member ends the wait, so it is not reported.
 func scenarioCycleOnOtherQueueIsNotReported() {
     let misuses = installChildMisuseRecorder()
-    let waiters = OperationQueue()
-    waiters.name = "cycle-waiters"
-    waiters.maxConcurrentOperationCount = 1
-    let members = OperationQueue()
-    members.name = "cycle-members"
-    let first = BlockOperation {}
-    first.name = "other-first"
-    let second = BlockOperation {}
-    second.name = "other-second"
+    let waiters = makeQueue("cycle-waiters", width: 1)
+    let members = makeQueue("cycle-members")
+    let first = emptyOperation("other-first")
+    let second = emptyOperation("other-second")
     first.addDependency(second)
     second.addDependency(first)
     members.addOperations([first, second], waitUntilFinished: false)
@@ -86,17 +79,11 @@ func scenarioCycleOnOtherQueueIsNotReported() {
 /// whole needs it (probe 26, W06).
 func scenarioCyclePartnerNeedsWorkBehindWaiter() {
     let misuses = installChildMisuseRecorder()
-    let serial = OperationQueue()
-    serial.name = "partner-serial"
-    serial.maxConcurrentOperationCount = 1
-    let other = OperationQueue()
-    other.name = "partner-other"
-    let behind = BlockOperation {}
-    behind.name = "partner-behind"
-    let first = BlockOperation {}
-    first.name = "partner-first"
-    let second = BlockOperation {}
-    second.name = "partner-second"
+    let serial = makeQueue("partner-serial", width: 1)
+    let other = makeQueue("partner-other")
+    let behind = emptyOperation("partner-behind")
+    let first = emptyOperation("partner-first")
+    let second = emptyOperation("partner-second")
     first.addDependency(second)
     second.addDependency(first)
     second.addDependency(behind)
@@ -113,15 +100,10 @@ func scenarioCyclePartnerNeedsWorkBehindWaiter() {
 /// the waiter on its serial queue (probe 26, W06b).
 func scenarioCyclePartnerQueuedBehindWaiter() {
     let misuses = installChildMisuseRecorder()
-    let serial = OperationQueue()
-    serial.name = "partner-behind-serial"
-    serial.maxConcurrentOperationCount = 1
-    let other = OperationQueue()
-    other.name = "partner-behind-other"
-    let first = BlockOperation {}
-    first.name = "queued-partner"
-    let second = BlockOperation {}
-    second.name = "awaited-partner"
+    let serial = makeQueue("partner-behind-serial", width: 1)
+    let other = makeQueue("partner-behind-other")
+    let first = emptyOperation("queued-partner")
+    let second = emptyOperation("awaited-partner")
     first.addDependency(second)
     second.addDependency(first)
     serial.addOperation { second.waitUntilFinished() }
