@@ -102,12 +102,12 @@ enum HangReport {
             }
             guard nextCheck.hasPassed(now: now) else { continue }
             let confirm = suspectSince.map { now &- $0 >= WaitRegistry.confirmationDelay } ?? false
-            let verdict = WaitRegistry.shared.recheck(record, confirm: confirm)
-            // A check of a large graph is paced by its own cost, so that the
-            // registry's lock is held at most about an eighth of the time.
+            let result = WaitRegistry.shared.recheck(record, confirm: confirm)
+            // A check of a large graph is paced by its own cost, so that it
+            // takes at most about an eighth of a core.
             let spacing = WaitRegistry.spacing(afterCheckThatBegan: now)
-            if let verdict {
-                if confirm { return .neverEnds(verdict.reason) }
+            if let (verdict, gaveUp) = result {
+                if gaveUp { return .neverEnds(verdict.reason) }
                 if suspectSince == nil { suspectSince = now }
                 nextCheck = Deadline(nanosecondsFromNow: max(suspectInterval, spacing))
             } else {

@@ -1,6 +1,8 @@
 // The question "can this wait ever end without outside help?", answered
-// over the graph of what each piece of work needs. Run by `WaitRegistry`
-// with its lock held, when a wait begins and at each re-check.
+// over the graph of what each piece of work needs. Run by `WaitRegistry`,
+// on the waiting thread (an `async` wait's timer) with no registry lock held,
+// over a snapshot of the registered waits, when a wait begins and at each
+// re-check.
 //
 // Nodes are operations and wait targets; each is free (it may make progress
 // by itself: running on a thread that is not waiting, asynchronous, in a
@@ -18,8 +20,8 @@
 // behind the wait is stuck as a whole (probes 24 and 26).
 //
 // Both phases are linear in the graph and iterative: a chain of 100,000
-// dependencies neither overflows the stack nor costs quadratic time under
-// the registry's lock (probe 26).
+// dependencies neither overflows the stack nor costs quadratic time
+// (probe 26).
 
 /// One analysis of the waits registered at one moment.
 struct WaitAnalysis {
@@ -50,10 +52,11 @@ struct WaitAnalysis {
     /// Nodes registered but not explored yet, with what they stand for.
     private var unexplored: [(Key, WaitRegistry.Target)] = []
     /// Every operation and queue the analysis obtained, kept until the
-    /// analysis itself is released, after the registry's lock (see
-    /// `WaitRegistry.begin`). Another thread may meanwhile drop the last
-    /// other reference to one of them, and its `deinit` (user code) must
-    /// not run under the lock when a temporary goes out of scope (probe 10).
+    /// analysis itself is released (see `WaitRegistry.analyse`). Another
+    /// thread may meanwhile drop the last other reference to one of them:
+    /// its `deinit` (user code) must not run in the middle of the analysis,
+    /// where a queue's lock may be held (probe 10), and its address must
+    /// not be reused by a new object while the nodes are keyed by it.
     private var heldLists: [[Operation]] = []
     private var heldObjects: [AnyObject] = []
 
@@ -163,7 +166,7 @@ struct WaitAnalysis {
             // Queued or not, a pending operation cannot be started (by its
             // queue or by hand) before its dependencies finish.
             // The stored edges, not the `open` getter: an override is user
-            // code, and this runs under the registry's lock.
+            // code, which the check does not run (it may block or wait).
             let dependencies = operation.unfinishedDependencies()
             heldLists.append(dependencies)
             for dependency in dependencies where dependency !== operation {

@@ -1,4 +1,5 @@
 import Dispatch
+import Synchronization
 
 /// The waits in progress, blocking or `async`, and the check that turns a
 /// wait that can never end into a report instead of a silent hang.
@@ -29,16 +30,18 @@ import Dispatch
 /// while it waits (`recheck`), and is reported only once the verdict has
 /// held for `confirmationDelay`. The same re-checks catch a cycle closed
 /// after the wait began (work queued behind it, a dependency added).
-/// Registration and the checks happen under one lock.
+/// Registration happens under the registry's lock; each check reads a
+/// snapshot of the registered waits and runs with no registry lock held, so
+/// that a check of a large graph holds up no other wait.
 ///
 /// The check runs only when the waiter is running operations; a wait from
 /// plain code (a test, `main`) holds nothing anyone could need.
 ///
-/// Lock order: this registry's lock, then a queue's lock, then an
-/// operation's lock bit. Nothing that holds a queue or operation lock takes
-/// this one.
+/// Lock order: nothing is locked under this registry's lock (it guards the
+/// records only), and nothing that holds a queue or operation lock takes it.
 final class WaitRegistry: @unchecked Sendable {
-    // @unchecked Sendable: `records` is read and written only while `lock` is held.
+    // @unchecked Sendable: `records` and `generation` are read and written
+    // only while `lock` is held.
 
     static let shared = WaitRegistry()
 
@@ -67,6 +70,9 @@ final class WaitRegistry: @unchecked Sendable {
 
     private let lock = PlatformLock()
     private var records: [ObjectIdentifier: Record] = [:]
+    /// Changes whenever a wait of a thread that runs operations begins or
+    /// ends: a check made from an older snapshot of `records` may be stale.
+    private var generation: UInt64 = 0
 
     /// Registers `record`. Returns nil when the wait may proceed (call `end`
     /// when it is over), or the verdict when it can certainly never end
@@ -80,22 +86,45 @@ final class WaitRegistry: @unchecked Sendable {
     /// while it waits (`recheck`) and gives up only once the verdict has
     /// held for `confirmationDelay`.
     func begin(_ record: Record) -> WaitVerdict? {
-        // The analysis holds operations and queues; it is released after
-        // unlocking, in case it holds the last reference to one of them
-        // (whose deinit may be user code).
-        var analysis: WaitAnalysis?
-        defer { withExtendedLifetime(analysis) {} }
-        lock.lock()
-        defer { lock.unlock() }
-        if !record.running.isEmpty {
-            analysis = WaitAnalysis(origin: record, records: Array(records.values))
-            if let verdict = analysis?.neverEnds(record.target), verdict.isCertain {
-                return verdict
-            }
+        let identifier = ObjectIdentifier(record)
+        guard !record.running.isEmpty else {
+            // A wait from plain code holds nothing that anyone could need:
+            // no check, and no other analysis reads it.
+            lock.withLock { records[identifier] = record }
+            return nil
         }
-        records[ObjectIdentifier(record)] = record
-        return nil
+        // Registered before the check, which runs outside the lock (see
+        // `analyse`). A certain verdict depends only on what this waiter
+        // runs, so registering first changes no answer; another wait's
+        // check that sees this record in between merely suspects a wait
+        // that is about to be refused, and clears it at its next check.
+        let others = lock.withLock {
+            let others = Array(records.values)
+            records[identifier] = record
+            generation &+= 1
+            return others
+        }
+        guard let verdict = Self.analyse(record, others), verdict.isCertain else { return nil }
+        end(record)
+        return verdict
     }
+
+    /// The check of `record` against the other waits registered at one
+    /// moment, made with no lock of the registry held: on a large graph it
+    /// takes time linear in what it reads (about a tenth of a second at
+    /// 100,000 dependencies), and every other wait in the process would wait
+    /// for it (probe 26). The analysis holds operations and queues, and is
+    /// released here, outside every library lock (a `deinit` it triggers
+    /// may be user code).
+    private static func analyse(_ record: Record, _ others: [Record]) -> WaitVerdict? {
+        analysisWillRun.withLock { $0 }?()
+        var analysis = WaitAnalysis(origin: record, records: others)
+        return analysis.neverEnds(record.target)
+    }
+
+    /// Called before each analysis, with no lock held (tests: an analysis
+    /// made to last, to show that other waits do not wait for it).
+    static let analysisWillRun = Mutex<(@Sendable () -> Void)?>(nil)
 
     /// How long a wait's verdict "can never end" must keep holding, re-read
     /// along the way, before the wait gives up and reports it (unless it is
@@ -105,29 +134,45 @@ final class WaitRegistry: @unchecked Sendable {
 
     /// The least time before the next check of a wait whose last check
     /// began at `start` (monotonic nanoseconds) and has just returned:
-    /// seven times what it took, so that checks of a large graph (each one
-    /// linear in the operations it reads, under this registry's lock) hold
-    /// the lock at most an eighth of the time. At most a minute.
+    /// seven times what it took, so that the checks of a wait on a large
+    /// graph (each one linear in the operations it reads) take at most an
+    /// eighth of a core. At most a minute.
     static func spacing(afterCheckThatBegan start: UInt64) -> UInt64 {
         min(monotonicNanoseconds() &- start, 8_000_000_000) * 7
     }
 
     /// Checks again whether the registered wait `record` can ever end (the
-    /// graph may have changed since it began). Returns the verdict if it
-    /// cannot; with `confirm`, the record is then also removed, under the
-    /// same lock, so that of several waits on one cycle only the first to
-    /// confirm gives up (the others then see its thread as free).
-    func recheck(_ record: Record, confirm: Bool) -> WaitVerdict? {
-        // Released after unlocking, as in `begin`.
-        var analysis: WaitAnalysis?
-        defer { withExtendedLifetime(analysis) {} }
-        lock.lock()
-        defer { lock.unlock() }
-        guard records[ObjectIdentifier(record)] != nil else { return nil }
-        analysis = WaitAnalysis(origin: record, records: records.values.filter { $0 !== record })
-        guard let verdict = analysis?.neverEnds(record.target) else { return nil }
-        if confirm { records.removeValue(forKey: ObjectIdentifier(record)) }
-        return verdict
+    /// graph may have changed since it began). Returns nil if it may end;
+    /// otherwise the verdict and whether the wait gave up. With `confirm`,
+    /// the record is removed along with the verdict, provided no wait of a
+    /// thread that runs operations began or ended while the check ran
+    /// (`generation`), so that of several waits on one cycle only the first
+    /// to confirm gives up (the others then see its thread as free). A check
+    /// overtaken that way is made again, three times at most; after that the
+    /// verdict is returned unconfirmed, and a later check confirms it.
+    func recheck(_ record: Record, confirm: Bool) -> (verdict: WaitVerdict, gaveUp: Bool)? {
+        let identifier = ObjectIdentifier(record)
+        for _ in 0..<3 {
+            let snapshot = lock.withLock { () -> (others: [Record], generation: UInt64)? in
+                guard records[identifier] != nil else { return nil }
+                return (records.values.filter { $0 !== record }, generation)
+            }
+            guard let snapshot else { return nil }
+            guard let verdict = Self.analyse(record, snapshot.others) else { return nil }
+            guard confirm else { return (verdict, false) }
+            let removed = lock.withLock { () -> Record?? in
+                guard records[identifier] != nil else { return .some(nil) }
+                guard generation == snapshot.generation else { return nil }
+                generation &+= 1
+                return records.removeValue(forKey: identifier)
+            }
+            switch removed {
+            case .some(.some): return (verdict, true)
+            case .some(.none): return nil
+            case .none: continue
+            }
+        }
+        return nil
     }
 
     /// Blocks on `signal` until it is signalled or `deadline` passes. A wait
@@ -161,7 +206,10 @@ final class WaitRegistry: @unchecked Sendable {
 
     /// Removes a wait registered with `begin`.
     func end(_ record: Record) {
-        let removed = lock.withLock { records.removeValue(forKey: ObjectIdentifier(record)) }
+        let removed = lock.withLock {
+            if !record.running.isEmpty { generation &+= 1 }
+            return records.removeValue(forKey: ObjectIdentifier(record))
+        }
         withExtendedLifetime(removed) {}
     }
 
@@ -261,9 +309,10 @@ final class WaitWatch: @unchecked Sendable {
             return (record, state.suspectSince.map { now &- $0 >= WaitRegistry.confirmationDelay } ?? false)
         }
         guard let (record, confirm) = pending else { return }
-        let verdict = registry.recheck(record, confirm: confirm)
+        let result = registry.recheck(record, confirm: confirm)
+        let verdict = result?.verdict
         let spacing = WaitRegistry.spacing(afterCheckThatBegan: now)
-        if let verdict, confirm {
+        if let verdict, result?.gaveUp == true {
             let proceed = state.withLock { state -> Bool in
                 guard state.record != nil else { return false }
                 state.record = nil
