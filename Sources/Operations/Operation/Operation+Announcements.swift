@@ -28,10 +28,19 @@ extension Operation {
         }
     }
 
-    /// A subclass announced `isReady`: its queue re-reads it.
+    /// A subclass announced `isReady`: its queue re-reads it. An operation
+    /// in no queue whose class overrides `isReady` has the getter read
+    /// once, as Foundation's operation reads it when told of the change:
+    /// a getter may do work when read (evaluate conditions, move a state
+    /// machine on), and ported code announces `isReady` to get that done
+    /// before anything is queued (Overdrive's tests rely on it).
     private func readinessWasAnnounced() {
-        let queue = withStateLock { state in queueForNews(state) }
-        queue?.memberReadinessMayHaveChanged(self)
+        let (queue, pending) = withStateLock { state in (queueForNews(state), !state.isFinished && !state.hasBaseStarted) }
+        if let queue {
+            queue.memberReadinessMayHaveChanged(self)
+        } else if pending, overrides(.isReady) {
+            _ = isReady
+        }
     }
 
     /// `key` followed by the lifecycle keys that depend on it (see

@@ -379,6 +379,8 @@ open class Operation: @unchecked Sendable {
     ///   observers are told, the completion block runs and waiters wake.
     /// - `isReady`, `isCancelled`: its queue re-reads ``isReady`` and
     ///   ``isCancelled``; a true `isCancelled` also cancels an `async` body.
+    ///   An operation in no queue whose class overrides ``isReady`` has that
+    ///   getter read once when `isReady` is announced, as in Foundation.
     ///
     /// An announcement never changes the state by itself.
     open func didChangeValue(forKey key: String) {

@@ -1,6 +1,6 @@
 // Regression tests for differences from Foundation that real projects' test
-// suites (ProcedureKit's, compiled against this library) ran into. Each
-// failed before its fix.
+// suites (ProcedureKit's and Overdrive's, compiled against this library) ran
+// into. Each failed before its fix.
 
 import Dispatch
 import Synchronization
@@ -18,6 +18,32 @@ private final class CountingReadiness: Operation, @unchecked Sendable {
         reads.add(1, ordering: .relaxed)
         if ready { readyReads.add(1, ordering: .relaxed) }
         return ready
+    }
+}
+
+/// An operation in the style of Overdrive's tasks: one `state` property that
+/// `isReady` depends on, and an `isReady` getter that moves the state on
+/// when read (it evaluates the task's conditions).
+private final class SteppingReadiness: Operation, @unchecked Sendable {
+    // @unchecked Sendable: `state` is atomic.
+    enum Step: Int { case initial, pending, ready }
+    private let step = Atomic<Int>(Step.initial.rawValue)
+    var state: Step { Step(rawValue: step.load(ordering: .acquiring))! }
+
+    /// Announced as `state`, which `isReady` depends on.
+    func enqueue() {
+        willChangeValue(forKey: "state")
+        step.store(Step.pending.rawValue, ordering: .releasing)
+        didChangeValue(forKey: "state")
+    }
+
+    override var isReady: Bool {
+        if state == .pending, super.isReady { step.store(Step.ready.rawValue, ordering: .releasing) }
+        return state == .ready && super.isReady
+    }
+
+    override class func keyPathsForValuesAffectingValue(forKey key: String) -> Set<String> {
+        key == "isReady" ? ["state"] : super.keyPathsForValuesAffectingValue(forKey: key)
     }
 }
 
@@ -58,6 +84,26 @@ struct PortedSuiteRegressionTests {
         queue.addOperation(second)
         #expect(queue.waitUntilAllOperationsAreFinished(timeout: patience))
         #expect(waitUntil { dependent.readyReads.load(ordering: .relaxed) == 1 })
+    }
+
+    @Test("an isReady override of an operation in no queue is read once when isReady is announced")
+    func readinessReadWhenAnnouncedOutsideQueue() {
+        let operation = CountingReadiness()
+        operation.willChangeValue(forKey: "isReady")
+        operation.didChangeValue(forKey: "isReady")
+        #expect(operation.reads.load(ordering: .relaxed) == 1)
+    }
+
+    @Test("a getter that moves its state on when read runs when a key that isReady depends on is announced (Overdrive)")
+    func readinessReadThroughDependentKey() {
+        let operation = SteppingReadiness()
+        operation.enqueue()
+        #expect(operation.state == .ready, "nobody read isReady after the announcement")
+        let unfinished = BlockOperation {}
+        let dependent = SteppingReadiness()
+        dependent.addDependency(unfinished)
+        dependent.enqueue()
+        #expect(dependent.state == .pending, "not ready while its dependency is unfinished")
     }
 
     @Test("addDependency nests its announcements: will dependencies, will isReady, did isReady, did dependencies")
