@@ -29,6 +29,11 @@ struct WaitAnalysis {
     /// Running operation → the wait of the thread or task running it.
     private var blockedRunner: [ObjectIdentifier: WaitRegistry.Record] = [:]
     private let originRunning: Set<ObjectIdentifier>
+    /// The other waits the analysis relied on: operations it found blocked
+    /// because their thread is in one of these waits. A verdict stays true
+    /// while these waits last (a wait that begins later can only block more
+    /// work); see `WaitRegistry.recheck`.
+    private(set) var consultedWaits: Set<ObjectIdentifier> = []
 
     private enum Key: Hashable {
         case operation(ObjectIdentifier)
@@ -158,6 +163,7 @@ struct WaitAnalysis {
             return Node(fixed: Self.onlyItsBodyFinishes(operation) ? true : false)
         }
         if let runner = blockedRunner[ObjectIdentifier(operation)] {
+            consultedWaits.insert(ObjectIdentifier(runner))
             return Node(needs: [key(for: runner.target)])
         }
         if state.isFinished || state.hasBaseStarted { return Node(fixed: false) }

@@ -40,8 +40,7 @@ import Synchronization
 /// Lock order: nothing is locked under this registry's lock (it guards the
 /// records only), and nothing that holds a queue or operation lock takes it.
 final class WaitRegistry: @unchecked Sendable {
-    // @unchecked Sendable: `records` and `generation` are read and written
-    // only while `lock` is held.
+    // @unchecked Sendable: `records` is read and written only while `lock` is held.
 
     static let shared = WaitRegistry()
 
@@ -70,9 +69,6 @@ final class WaitRegistry: @unchecked Sendable {
 
     private let lock = PlatformLock()
     private var records: [ObjectIdentifier: Record] = [:]
-    /// Changes whenever a wait of a thread that runs operations begins or
-    /// ends: a check made from an older snapshot of `records` may be stale.
-    private var generation: UInt64 = 0
 
     /// Registers `record`. Returns nil when the wait may proceed (call `end`
     /// when it is over), or the verdict when it can certainly never end
@@ -94,17 +90,17 @@ final class WaitRegistry: @unchecked Sendable {
             return nil
         }
         // Registered before the check, which runs outside the lock (see
-        // `analyse`). A certain verdict depends only on what this waiter
+        // `analysis(of:_:)`). A certain verdict depends only on what this waiter
         // runs, so registering first changes no answer; another wait's
         // check that sees this record in between merely suspects a wait
         // that is about to be refused, and clears it at its next check.
         let others = lock.withLock {
             let others = Array(records.values)
             records[identifier] = record
-            generation &+= 1
             return others
         }
-        guard let verdict = Self.analyse(record, others), verdict.isCertain else { return nil }
+        var analysis = Self.analysis(of: record, others)
+        guard let verdict = analysis.neverEnds(record.target), verdict.isCertain else { return nil }
         end(record)
         return verdict
     }
@@ -113,13 +109,12 @@ final class WaitRegistry: @unchecked Sendable {
     /// moment, made with no lock of the registry held: on a large graph it
     /// takes time linear in what it reads (about a tenth of a second at
     /// 100,000 dependencies), and every other wait in the process would wait
-    /// for it (probe 26). The analysis holds operations and queues, and is
-    /// released here, outside every library lock (a `deinit` it triggers
-    /// may be user code).
-    private static func analyse(_ record: Record, _ others: [Record]) -> WaitVerdict? {
+    /// for it (probe 26). The analysis holds operations and queues; its
+    /// caller releases it outside every library lock (a `deinit` it
+    /// triggers may be user code).
+    private static func analysis(of record: Record, _ others: [Record]) -> WaitAnalysis {
         analysisWillRun.withLock { $0 }?()
-        var analysis = WaitAnalysis(origin: record, records: others)
-        return analysis.neverEnds(record.target)
+        return WaitAnalysis(origin: record, records: others)
     }
 
     /// Called before each analysis, with no lock held (tests: an analysis
@@ -143,36 +138,43 @@ final class WaitRegistry: @unchecked Sendable {
 
     /// Checks again whether the registered wait `record` can ever end (the
     /// graph may have changed since it began). Returns nil if it may end;
-    /// otherwise the verdict and whether the wait gave up. With `confirm`,
-    /// the record is removed along with the verdict, provided no wait of a
-    /// thread that runs operations began or ended while the check ran
-    /// (`generation`), so that of several waits on one cycle only the first
-    /// to confirm gives up (the others then see its thread as free). A check
-    /// overtaken that way is made again, three times at most; after that the
-    /// verdict is returned unconfirmed, and a later check confirms it.
+    /// otherwise the verdict and whether the wait gave up.
+    ///
+    /// With `confirm`, the record is removed along with the verdict, under
+    /// the lock, provided every other wait the check relied on (whose thread
+    /// it counted as blocked) is still registered: of several waits on one
+    /// cycle, only the first to confirm gives up, and the others then see
+    /// its thread as free. Waits that began or ended meanwhile without
+    /// being relied on do not matter: a wait that begins can only block
+    /// more work. A check overtaken that way is made again, three times at
+    /// most; after that the verdict is returned unconfirmed (the wait stays
+    /// suspect), and a later check confirms it.
     func recheck(_ record: Record, confirm: Bool) -> (verdict: WaitVerdict, gaveUp: Bool)? {
         let identifier = ObjectIdentifier(record)
+        var unconfirmed: WaitVerdict?
         for _ in 0..<3 {
-            let snapshot = lock.withLock { () -> (others: [Record], generation: UInt64)? in
-                guard records[identifier] != nil else { return nil }
-                return (records.values.filter { $0 !== record }, generation)
+            // The snapshot holds the records it lists, so the identifiers of
+            // those the check relies on cannot be reused meanwhile.
+            guard let others = lock.withLock({ records[identifier] == nil ? nil : records.values.filter { $0 !== record } }) else {
+                return nil
             }
-            guard let snapshot else { return nil }
-            guard let verdict = Self.analyse(record, snapshot.others) else { return nil }
+            var analysis = Self.analysis(of: record, others)
+            guard let verdict = analysis.neverEnds(record.target) else { return nil }
             guard confirm else { return (verdict, false) }
-            let removed = lock.withLock { () -> Record?? in
-                guard records[identifier] != nil else { return .some(nil) }
-                guard generation == snapshot.generation else { return nil }
-                generation &+= 1
-                return records.removeValue(forKey: identifier)
+            let consulted = analysis.consultedWaits
+            let outcome = lock.withLock { () -> Bool? in
+                guard records[identifier] != nil else { return nil }
+                guard consulted.allSatisfy({ records[$0] != nil }) else { return false }
+                records.removeValue(forKey: identifier)
+                return true
             }
-            switch removed {
-            case .some(.some): return (verdict, true)
-            case .some(.none): return nil
-            case .none: continue
+            switch outcome {
+            case nil: return nil
+            case true?: return (verdict, true)
+            case false?: unconfirmed = verdict
             }
         }
-        return nil
+        return unconfirmed.map { ($0, false) }
     }
 
     /// Blocks on `signal` until it is signalled or `deadline` passes. A wait
@@ -206,10 +208,7 @@ final class WaitRegistry: @unchecked Sendable {
 
     /// Removes a wait registered with `begin`.
     func end(_ record: Record) {
-        let removed = lock.withLock {
-            if !record.running.isEmpty { generation &+= 1 }
-            return records.removeValue(forKey: ObjectIdentifier(record))
-        }
+        let removed = lock.withLock { records.removeValue(forKey: ObjectIdentifier(record)) }
         withExtendedLifetime(removed) {}
     }
 

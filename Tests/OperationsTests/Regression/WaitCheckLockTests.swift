@@ -3,9 +3,11 @@
 // dependencies). It once ran under the wait registry's lock, which every
 // wait of the process takes to begin and end, so one check of a large graph
 // held up every unrelated wait (probe 26). These scenarios hold a check open
-// with the registry's test hook and show that other waits go on meanwhile.
-// Exit tests: the hook is process-wide.
+// with the registry's test hook and show that other waits go on meanwhile,
+// and that waits which begin and end during a check do not keep a deadlock
+// from being reported (probe 27). Exit tests: the hook is process-wide.
 
+import Glibc
 import Synchronization
 import Testing
 @testable import Operations
@@ -70,10 +72,63 @@ func scenarioOtherWaitsGoOnDuringACheck() {
     #expect(releasedByGate, "the check was held past its bound")
 }
 
+/// Makes an unrelated wait, from inside an operation of another queue,
+/// begin and end during every check of the waits made on one thread.
+private final class ChurnDuringChecks: Sendable {
+    private let thread = Atomic<UInt>(0)
+    private let churners = makeQueue("churners")
+    private let targets = makeQueue("churn-targets")
+    let churns = Atomic<Int>(0)
+
+    /// Marks the calling thread as the one whose checks are overtaken.
+    func watchCallingThread() { thread.store(UInt(pthread_self()), ordering: .releasing) }
+
+    func churnIfWatched() {
+        guard thread.load(ordering: .acquiring) == UInt(pthread_self()) else { return }
+        // The target finishes only once the churn's wait has begun (it is
+        // registered next to the watched wait), so that the wait does
+        // begin and end during the check.
+        let release = Gate()
+        let target = BlockOperation { release.wait() }
+        let churn = BlockOperation { target.waitUntilFinished() }
+        targets.addOperation(target)
+        churners.addOperation(churn)
+        let began = waitUntil { WaitRegistry.shared.count >= 2 }
+        release.open()
+        if began, churn.waitUntilFinished(timeout: patience) { churns.add(1, ordering: .relaxed) }
+    }
+}
+
+/// On a serial queue, an operation waits for one queued behind it; during
+/// every check of that wait, another operation's wait begins and ends. The
+/// deadlock is still reported (those waits are not part of it).
+func scenarioDeadlockReportedDespiteChurn() {
+    let misuses = installChildMisuseRecorder()
+    let churn = ChurnDuringChecks()
+    WaitRegistry.analysisWillRun.withLock { $0 = { churn.churnIfWatched() } }
+    let serial = makeQueue("churned-serial", width: 1)
+    let behind = BlockOperation {}
+    behind.name = "queued-behind"
+    serial.addOperation {
+        churn.watchCallingThread()
+        behind.waitUntilFinished()
+    }
+    serial.addOperation(behind)
+    #expect(serial.waitUntilAllOperationsAreFinished(timeout: patience), "the waiter hangs")
+    #expect(misuses.events.map(\.code) == [.waitDeadlock], "\(describeMisuses(misuses.events))")
+    let churns = churn.churns.load(ordering: .relaxed)
+    #expect(churns > 0, "no wait was made during the checks")
+}
+
 @Suite("Probe 26: the deadlock check of one wait holds up no other wait")
 struct WaitCheckLockTests {
     @Test("while a wait's check runs, other waits begin and end and the registry answers")
     func otherWaitsGoOn() async {
         await #expect(processExitsWith: .success) { scenarioOtherWaitsGoOnDuringACheck() }
+    }
+
+    @Test("a deadlock is reported although unrelated waits begin and end during each of its checks (probe 27)")
+    func reportedDespiteChurn() async {
+        await #expect(processExitsWith: .success) { scenarioDeadlockReportedDespiteChurn() }
     }
 }
