@@ -17,11 +17,14 @@
 /// ## Barriers
 /// The barriers cut the add order into segments; each segment records the
 /// add sequence it starts at, and an operation's segment is found from its
-/// own add sequence (`segmentIndex(in:ofSequence:)`). A barrier gates the segment that follows it: the segment's
-/// operations start only after the barrier has finished (cancelled
-/// operations excepted, as they ignore dependencies). A barrier itself
-/// starts when every operation added before it has finished, which is when
-/// its segment becomes the front of `segments`.
+/// own add sequence (`segmentIndex(in:ofSequence:)`). A barrier gates the
+/// segment that follows it and every later one: their operations start only
+/// after the barrier has finished (cancelled operations excepted, as they
+/// ignore dependencies). A barrier itself starts when every operation added
+/// before it has finished, which is when its segment becomes the front of
+/// `segments`; but a cancelled barrier retires at once, possibly before
+/// earlier barriers, so a segment whose own barrier is gone stays held while
+/// an earlier one is unfinished (`firstGated`; probe 27).
 ///
 /// ## Readiness
 /// An operation enters a lane only when it is ready (as its class reports it;
@@ -87,6 +90,10 @@ struct QueueState {
 
     /// Barrier segments, oldest unfinished first.
     private(set) var segments: [Segment] = [Segment()]
+    /// The index of the first segment whose barrier has not finished, or
+    /// `segments.count` if there is none: the operations of that segment
+    /// and of every later one are held.
+    private(set) var firstGated = 1
 
     /// For operations whose readiness is user code: the epoch of the newest
     /// readiness evaluation started (see `beginReadinessEvaluation(of:)`).
@@ -199,7 +206,16 @@ struct QueueState {
             // this barrier has finished.
             let gated = Self.segmentIndex(in: segments, ofSequence: link.sequence &+ 1)
             segments[gated].gate = nil
-            releaseHeld(segment: gated)
+            if gated == firstGated {
+                // The segments up to the next unfinished barrier open, in
+                // add order. A barrier retired before an earlier one (it was
+                // cancelled) releases nothing: the earlier one still holds
+                // every later segment.
+                var next = gated + 1
+                while next < segments.count, segments[next].gate == nil { next += 1 }
+                firstGated = next
+                for index in gated..<next { releaseHeld(segment: index) }
+            }
         }
         if let next = link.next {
             next._withUnsafeGuaranteedRef { $0.queueLink.previous = link.previous }
@@ -305,7 +321,7 @@ struct QueueState {
         }
         if link.has(QueueLink.Flags.barrier) {
             guard segments[0].gate?.toOpaque() == Unmanaged.passUnretained(operation).toOpaque() else { return nil }
-        } else if segments[Self.segmentIndex(in: segments, ofSequence: link.sequence)].gate != nil {
+        } else if Self.segmentIndex(in: segments, ofSequence: link.sequence) >= firstGated {
             return QueueLink.heldLane
         }
         return Int8(Self.lane(forPriorityIndex: operation.loadState().priorityIndex))
@@ -486,6 +502,8 @@ struct QueueState {
             segments[0].start = head.map { $0._withUnsafeGuaranteedRef { $0.queueLink.sequence } }
                 ?? node._withUnsafeGuaranteedRef { $0.queueLink.sequence }
         }
+        // With no unfinished barrier, `firstGated` was `segments.count`:
+        // it now points at the new segment.
         segments.append(Segment(gate: node, start: nextSequence))
     }
 
@@ -548,7 +566,8 @@ struct QueueState {
     }
 
     /// Moves the held operations of segment `index` to their lanes: its
-    /// barrier has finished. They are released together, so they go in add
+    /// barrier and every earlier one have finished. They are released
+    /// together, so they go in add
     /// order (the order Foundation starts them in) whether or not the queue
     /// holds ready operations back.
     private mutating func releaseHeld(segment index: Int) {
@@ -571,6 +590,7 @@ struct QueueState {
         var advanced = false
         while segments.count > 1, segments[0].unfinished == 0, segments[0].gate == nil {
             segments.removeFirst()
+            firstGated -= 1
             advanced = true
         }
         guard advanced, let gate = segments[0].gate else { return }
@@ -591,12 +611,18 @@ struct QueueState {
     }
 
     /// The unfinished barrier that holds `operation` back, if any: for an
-    /// ordinary operation the barrier gating its segment; a barrier itself
-    /// waits for every earlier operation instead (see `operationsBefore`).
+    /// ordinary operation the last unfinished barrier added before it (which
+    /// itself waits for the earlier ones); a barrier itself waits for every
+    /// earlier operation instead (see `operationsBefore`).
     func gate(of operation: Operation) -> Unmanaged<Operation>? {
         let link = operation.queueLink
         guard link.has(QueueLink.Flags.linked), !link.has(QueueLink.Flags.barrier) else { return nil }
-        return segments[Self.segmentIndex(in: segments, ofSequence: link.sequence)].gate
+        var index = Self.segmentIndex(in: segments, ofSequence: link.sequence)
+        while index >= firstGated {
+            if let gate = segments[index].gate { return gate }
+            index -= 1
+        }
+        return nil
     }
 
     /// The unfinished operations added before the barrier `operation`.
@@ -648,11 +674,13 @@ struct QueueState {
             total += length
         }
         if total != readyCount { return "readyCount \(readyCount) but \(total) in lanes" }
+        let gated = segments.firstIndex { $0.gate != nil } ?? segments.count
+        if gated != firstGated { return "first gated segment \(gated) but \(firstGated) recorded" }
         for (offset, segment) in segments.enumerated() {
             if segment.unfinished != perSegment[offset, default: 0] {
                 return "segment \(offset) counts \(segment.unfinished) but holds \(perSegment[offset, default: 0])"
             }
-            if segment.gate == nil, segment.held.count > 0 { return "ungated segment \(offset) holds operations" }
+            if offset < firstGated, segment.held.count > 0 { return "open segment \(offset) holds operations" }
         }
         if readinessEpochs.count > count { return "readiness epochs kept for unlinked operations" }
         if executing < 0 || keptSlots < 0 || retiring < 0 || !loops.isConsistent {

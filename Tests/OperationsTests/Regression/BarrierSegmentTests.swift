@@ -1,7 +1,9 @@
 // A queue finds an operation's barrier segment from its add sequence (the
 // segment is not stored in the operation). These tests hold barriers across
 // the point where add sequences wrap, and with several segments alive at
-// once, and check the order and the queue's bookkeeping.
+// once, and check the order and the queue's bookkeeping. Also: a cancelled
+// barrier retires before earlier ones, and must not release what those
+// still hold back (probe 27).
 
 import Testing
 @testable import Operations
@@ -63,5 +65,116 @@ struct BarrierSegmentTests {
     @Test("barriers keep their order when the wrap falls inside a later segment")
     func wrapInLaterSegment() {
         runSegments(startingAt: UInt32.max - 6)
+    }
+
+    /// How long a barrier that holds the queue waits for a later operation
+    /// to start wrongly. The later operation may start only after it.
+    private static let overtakingWindow: Duration = .milliseconds(200)
+
+    /// The barriers of `queue`, in add order.
+    private func barriers(of queue: OperationQueue) -> [Operation] {
+        queue.operations.filter { $0 is BarrierOperation }
+    }
+
+    @Test("cancelling a later barrier does not let later operations overtake a running barrier (probe 27)")
+    func cancelledLaterBarrierWhileEarlierRuns() {
+        let log = Recorder<String>()
+        let queue = makeQueue("cancel-later-barrier")
+        let firstRuns = Gate()
+        let laterStarted = Gate()
+        queue.addBarrierBlock {
+            firstRuns.open()
+            _ = laterStarted.wait(timeout: Self.overtakingWindow)
+            log.record("barrier 1")
+        }
+        #expect(firstRuns.wait())
+        queue.addOperation { laterStarted.open(); log.record("x") }
+        queue.addBarrierBlock { log.record("barrier 2") }
+        queue.addOperation { laterStarted.open(); log.record("y") }
+        let added = barriers(of: queue)
+        #expect(added.count == 2)
+        added.last?.cancel()
+        expectQueueInvariants(queue)
+        #expect(queue.waitUntilAllOperationsAreFinished(timeout: patience))
+        expectQueueInvariants(queue)
+        let events = log.events
+        #expect(events.first == "barrier 1", "an operation added after the running barrier started during it: \(events)")
+        #expect(Set(events) == ["barrier 1", "x", "y"], "\(events)")
+    }
+
+    @Test("cancelAllOperations during a barrier, with a later barrier queued: work added next waits for the running barrier (probe 27)")
+    func cancelAllDuringBarrier() {
+        let log = Recorder<String>()
+        let queue = makeQueue("cancel-all-during-barrier")
+        let firstRuns = Gate()
+        let laterStarted = Gate()
+        queue.addBarrierBlock {
+            firstRuns.open()
+            _ = laterStarted.wait(timeout: Self.overtakingWindow)
+            log.record("barrier 1")
+        }
+        #expect(firstRuns.wait())
+        queue.addBarrierBlock { log.record("barrier 2") }
+        queue.cancelAllOperations()
+        queue.addOperation { laterStarted.open(); log.record("added after") }
+        #expect(queue.waitUntilAllOperationsAreFinished(timeout: patience))
+        expectQueueInvariants(queue)
+        #expect(log.events == ["barrier 1", "added after"])
+    }
+
+    @Test("cancelling a later barrier while an earlier one waits for its turn: the earlier one still comes first (probe 27)")
+    func cancelledLaterBarrierWhileEarlierPending() {
+        let log = Recorder<String>()
+        let queue = makeQueue("cancel-later-pending")
+        let firstRuns = Gate()
+        let laterStarted = Gate()
+        queue.addOperation {
+            firstRuns.open()
+            _ = laterStarted.wait(timeout: Self.overtakingWindow)
+            log.record("a")
+        }
+        #expect(firstRuns.wait())
+        queue.addBarrierBlock { laterStarted.open(); log.record("barrier 1") }
+        queue.addOperation { laterStarted.open(); log.record("x") }
+        queue.addBarrierBlock { log.record("barrier 2") }
+        queue.addOperation { laterStarted.open(); log.record("y") }
+        barriers(of: queue).last?.cancel()
+        expectQueueInvariants(queue)
+        #expect(queue.waitUntilAllOperationsAreFinished(timeout: patience))
+        expectQueueInvariants(queue)
+        let events = log.events
+        #expect(Array(events.prefix(2)) == ["a", "barrier 1"], "\(events)")
+        #expect(Set(events) == ["a", "barrier 1", "x", "y"], "\(events)")
+    }
+
+    @Test("several barriers cancelled out of order on a suspended queue: every operation starts after the barriers before it that ran (probe 27)")
+    func barriersCancelledOutOfOrder() {
+        let log = Recorder<String>()
+        let queue = makeQueue("cancel-out-of-order")
+        queue.isSuspended = true
+        var expectedAfter: [String: [String]] = [:]
+        var ranBarriers: [String] = []
+        for round in 0..<8 {
+            queue.addOperation { log.record("op \(round)") }
+            expectedAfter["op \(round)"] = ranBarriers
+            queue.addBarrierBlock { log.record("barrier \(round)") }
+            if round % 3 != 1 { ranBarriers.append("barrier \(round)") }
+        }
+        let added = barriers(of: queue)
+        for (round, barrier) in added.enumerated().reversed() where round % 3 == 1 { barrier.cancel() }
+        expectQueueInvariants(queue)
+        queue.isSuspended = false
+        #expect(queue.waitUntilAllOperationsAreFinished(timeout: patience))
+        expectQueueInvariants(queue)
+        let events = log.events
+        for (operation, barriersBefore) in expectedAfter {
+            guard let position = events.firstIndex(of: operation) else {
+                Issue.record("\(operation) did not run: \(events)")
+                continue
+            }
+            for barrier in barriersBefore {
+                #expect(events.firstIndex(of: barrier).map { $0 < position } == true, "\(operation) ran before \(barrier): \(events)")
+            }
+        }
     }
 }
