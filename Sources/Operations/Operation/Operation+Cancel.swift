@@ -14,6 +14,13 @@ extension Operation {
     final func cancelWithoutQueueNews() -> OperationQueue? {
         let snapshot = loadState()
         guard !snapshot.isCancelled, !snapshot.isFinished else { return nil }
+        // Finished as the class reports it: an operation whose `isFinished`
+        // already reads true is not cancelled, as in Foundation, which asks
+        // the getter (its body may have returned while the rest of its
+        // finish is still under way; probe 27). An override is user code,
+        // read here, before any lock.
+        let baseFinishCounts = !overrides(.isFinished)
+        if baseFinishCounts ? snapshot.isBaseFinished : isFinished { return nil }
         // As in Foundation, cancelling an operation that has not started
         // announces `isReady` too (it is ready now, whatever its dependencies).
         let keys = snapshot.hasBaseStarted ? ["isCancelled"] : ["isCancelled", "isReady"]
@@ -25,7 +32,7 @@ extension Operation {
         var readyAt: OperationInstrumentation.Stamp?
         var cancelledAt: OperationInstrumentation.Stamp?
         let changed = withStateLock { state -> Bool in
-            let outcome = state.cancel(announced: observed)
+            let outcome = state.cancel(announced: observed, baseFinishCounts: baseFinishCounts)
             guard outcome.changed else { return false }
             // Timed under the lock, so that a finish on another thread,
             // which needs this lock, has a later time (probe 13).

@@ -151,8 +151,9 @@ open class Operation: @unchecked Sendable {
     /// running ``main()``. In a queue, such an operation is retired promptly
     /// (once the queue is not suspended, as in Foundation) and without a slot of ``OperationQueue/maxConcurrentOperationCount``,
     /// unless its class overrides ``start()``, in which case its `start()` is
-    /// called in its turn. Cancelling a finished or already-cancelled
-    /// operation does nothing.
+    /// called in its turn. Cancelling an operation whose ``isFinished``
+    /// reads true (an override is asked), or one already cancelled, does
+    /// nothing.
     ///
     /// Observers hear only changes that happen. A cancellation that lands
     /// while the operation starts, after the start announced `isExecuting`,

@@ -247,7 +247,9 @@ struct OperationState: Equatable, Sendable, CustomStringConvertible {
     var description: String {
         var parts = [phase.rawValue]
         if isCancelled { parts.append("cancelled") }
-        if isEnqueued { parts.append("in a queue") }
+        // The enqueued bit stays set for good (it refuses a second add); the
+        // operation is in its queue only until it has finished (probe 27).
+        if isEnqueued, !isFinished { parts.append("in a queue") }
         if unfinishedDependencies > 0 { parts.append("waits for \(unfinishedDependencies) dependencies") }
         return parts.joined(separator: ", ")
     }
@@ -331,9 +333,15 @@ struct OperationState: Equatable, Sendable, CustomStringConvertible {
     /// so that the change observers were promised happens (as in Foundation,
     /// where a cancel that passed its check sets the flag); nothing else
     /// follows from it (`changed` is false).
-    mutating func cancel(announced: Bool) -> CancelOutcome {
-        if !isCancelled, isFinished, announced { raw |= Self.cancelledBit }
-        guard !isCancelled, !isFinished else { return CancelOutcome(changed: false, wasReady: isBaseReady) }
+    ///
+    /// `baseFinishCounts`: the class reports the base state as `isFinished`
+    /// (it does not override the getter). Then an operation whose body has
+    /// finished reads finished, and is not cancelled, although its finish is
+    /// still being carried out (probe 27).
+    mutating func cancel(announced: Bool, baseFinishCounts: Bool) -> CancelOutcome {
+        let finished = isFinished || (baseFinishCounts && isBaseFinished)
+        if !isCancelled, finished, announced { raw |= Self.cancelledBit }
+        guard !isCancelled, !finished else { return CancelOutcome(changed: false, wasReady: isBaseReady) }
         let wasReady = isBaseReady
         raw |= Self.cancelledBit
         return CancelOutcome(changed: true, wasReady: wasReady)

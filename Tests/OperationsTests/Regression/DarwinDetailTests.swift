@@ -2,6 +2,7 @@
 // black-box conformance pass: each test failed before its fix.
 
 import Dispatch
+import Synchronization
 import Testing
 @testable import Operations
 
@@ -174,5 +175,78 @@ struct BlockQualityOfServiceTests {
         plainQueue.isSuspended = false
         #expect(queue.waitUntilAllOperationsAreFinished(timeout: patience))
         #expect(plainQueue.waitUntilAllOperationsAreFinished(timeout: patience))
+    }
+}
+
+/// Cancels itself from its own `isFinished` getter, the first time that
+/// getter reads true: the moment the library asks whether the body's end
+/// finished the operation, before the finish is carried out.
+private final class CancelsWhenReadFinished: Operation, @unchecked Sendable {
+    // @unchecked Sendable: `tried` is atomic.
+    private let tried = Atomic<Bool>(false)
+
+    override var isFinished: Bool {
+        let finished = super.isFinished
+        if finished, !tried.exchange(true, ordering: .acquiringAndReleasing) { cancel() }
+        return finished
+    }
+}
+
+@Suite("cancel() of an operation whose isFinished already reads true (probe 27)")
+struct CancelAfterFinishReadsTrueTests {
+    @Test("an operation whose isFinished getter reads true is not cancelled, and tells no isCancelled observer")
+    func cancelFromFinishedGetter() {
+        let operation = CancelsWhenReadFinished()
+        let cancelledChanges = Counter()
+        let token = operation.observe(\.isCancelled, options: [.prior]) { _, _ in cancelledChanges.increment() }
+        operation.start()
+        #expect(operation.isFinished)
+        #expect(!operation.isCancelled, "cancel() changed an operation that read finished")
+        #expect(cancelledChanges.count == 0)
+        withExtendedLifetime(token) {}
+    }
+
+    @Test("cancel() racing the finish: once isFinished reads true, cancel() changes nothing (observed operations, 400 rounds)")
+    func cancelRacingFinish() {
+        let queue = makeQueue("cancel-racing-finish")
+        let cancelledAfterFinish = Counter()
+        for _ in 0..<400 {
+            let operation = BlockOperation {}
+            let token = operation.observe(\.isFinished) { _, _ in }
+            let spinning = Gate()
+            let done = Gate()
+            spawnThread {
+                spinning.open()
+                // A tight spin (the window is a few instructions), bounded.
+                let clock = ContinuousClock()
+                let deadline = clock.now + patience
+                var finished = operation.isFinished
+                while !finished, clock.now < deadline { finished = operation.isFinished }
+                if finished {
+                    operation.cancel()
+                    if operation.isCancelled { cancelledAfterFinish.increment() }
+                }
+                done.open()
+            }
+            #expect(spinning.wait())
+            queue.addOperation(operation)
+            #expect(done.wait())
+            withExtendedLifetime(token) {}
+        }
+        #expect(queue.waitUntilAllOperationsAreFinished(timeout: patience))
+        #expect(cancelledAfterFinish.count == 0, "\(cancelledAfterFinish.count) of 400 operations were cancelled after isFinished read true")
+    }
+
+    @Test("the description of an operation that finished in a queue no longer says it is in one")
+    func finishedDescription() {
+        let queue = makeQueue("described")
+        queue.isSuspended = true
+        let operation = BlockOperation {}
+        operation.name = "described"
+        queue.addOperation(operation)
+        #expect(operation.description.contains("in a queue"))
+        queue.isSuspended = false
+        #expect(operation.waitUntilFinished(timeout: patience))
+        #expect(!operation.description.contains("in a queue"), "\(operation.description)")
     }
 }
