@@ -369,7 +369,9 @@ open class OperationQueue: @unchecked Sendable {
     /// As in Foundation, the barrier is an operation of the queue until it
     /// has run: it is listed in ``operations`` and counted in
     /// ``operationCount``, and ``cancelAllOperations()`` cancels it, so that
-    /// its block does not run.
+    /// its block does not run. A cancelled barrier finishes at once and
+    /// holds nothing back; operations added after it still wait for every
+    /// earlier barrier that has not finished.
     open func addBarrierBlock(_ barrier: @escaping @Sendable () -> Void) {
         admit(CollectionOfOne(BarrierOperation(block: barrier)), mode: .synchronous, barrier: true)
     }
