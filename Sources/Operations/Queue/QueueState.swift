@@ -61,9 +61,10 @@ struct QueueState {
     /// Unfinished operations (`operationCount`).
     private(set) var count = 0
     /// The add sequence of the next operation linked (`QueueLink.sequence`).
-    private var nextSequence: UInt32 = 0
-    /// The lanes, in one allocation freed by `releaseStorage()`.
-    private let lanes: UnsafeMutablePointer<ReadyLane>
+    private(set) var nextSequence: UInt32 = 0
+    /// The lanes, in one allocation freed by `releaseStorage()`. Changed
+    /// only in this file (read by `checkInvariants()`).
+    let lanes: UnsafeMutablePointer<ReadyLane>
     /// Bit `i` is set while lane `i` is not empty.
     private(set) var nonEmptyLanes: UInt8 = 0
     /// Operations in lanes (not counting held ones).
@@ -98,7 +99,7 @@ struct QueueState {
     /// For operations whose readiness is user code: the epoch of the newest
     /// readiness evaluation started (see `beginReadinessEvaluation(of:)`).
     /// An entry lives while its operation is linked.
-    private var readinessEpochs: [ObjectIdentifier: UInt64] = [:]
+    private(set) var readinessEpochs: [ObjectIdentifier: UInt64] = [:]
     private var nextReadinessEpoch: UInt64 = 0
 
     /// The drain loops: requested, running, busy, held back (`DrainLoops`).
@@ -264,23 +265,6 @@ struct QueueState {
     /// true), and counts again when the wait ends (false).
     mutating func retirementStepsAside(_ stepAside: Bool) {
         retiring += stepAside ? -1 : 1
-    }
-
-    /// The unfinished operations in add order.
-    var operations: [Operation] {
-        var result: [Operation] = []
-        result.reserveCapacity(count)
-        var node = head
-        while let current = node {
-            result.append(current.takeUnretainedValue())
-            node = current._withUnsafeGuaranteedRef { $0.queueLink.next }
-        }
-        return result
-    }
-
-    /// The operations holding a slot (dispatched, not finished).
-    var slotHolders: [Operation] {
-        operations.filter { $0.queueLink.has(QueueLink.Flags.holdsSlot) }
     }
 
     // MARK: Readiness
@@ -515,7 +499,7 @@ struct QueueState {
     // Static, on the array alone: a method of the whole state, called while
     // it is being changed, makes the compiler copy the state.
     @inline(__always)
-    private static func segmentIndex(in segments: [Segment], ofSequence sequence: UInt32) -> Int {
+    static func segmentIndex(in segments: [Segment], ofSequence sequence: UInt32) -> Int {
         segments.count == 1 ? 0 : searchSegments(segments, forSequence: sequence)
     }
 
@@ -608,84 +592,5 @@ struct QueueState {
             let state = barrier.loadState()
             apply(barrier, ready: state.isBaseReady, cancelled: state.isCancelled)
         }
-    }
-
-    /// The unfinished barrier that holds `operation` back, if any: for an
-    /// ordinary operation the last unfinished barrier added before it (which
-    /// itself waits for the earlier ones); a barrier itself waits for every
-    /// earlier operation instead (see `operationsBefore`).
-    func gate(of operation: Operation) -> Unmanaged<Operation>? {
-        let link = operation.queueLink
-        guard link.has(QueueLink.Flags.linked), !link.has(QueueLink.Flags.barrier) else { return nil }
-        var index = Self.segmentIndex(in: segments, ofSequence: link.sequence)
-        while index >= firstGated {
-            if let gate = segments[index].gate { return gate }
-            index -= 1
-        }
-        return nil
-    }
-
-    /// The unfinished operations added before the barrier `operation`.
-    func operationsBefore(barrier operation: Operation) -> [Operation] {
-        var result: [Operation] = []
-        var node = head
-        while let current = node, current.toOpaque() != Unmanaged.passUnretained(operation).toOpaque() {
-            result.append(current.takeUnretainedValue())
-            node = current._withUnsafeGuaranteedRef { $0.queueLink.next }
-        }
-        return result
-    }
-
-    // MARK: Invariants
-
-    /// Verifies the bookkeeping. O(n); for tests and debugging. Returns a
-    /// description of the first broken invariant, or nil.
-    func checkInvariants() -> String? {
-        var listed = 0
-        var node = head
-        var previous: Unmanaged<Operation>?
-        var dispatchedWithSlot = 0
-        var perSegment: [Int: Int] = [:]
-        while let current = node {
-            let operation = current.takeUnretainedValue()
-            let link = operation.queueLink
-            if link.previous?.toOpaque() != previous?.toOpaque() { return "broken back link at \(operation)" }
-            if !link.has(QueueLink.Flags.linked) { return "unflagged \(operation)" }
-            if link.has(QueueLink.Flags.holdsSlot) { dispatchedWithSlot += 1 }
-            if link.has(QueueLink.Flags.dispatched), link.lane != QueueLink.noLane { return "dispatched operation in a lane" }
-            if link.has(QueueLink.Flags.countedInSegment) {
-                if link.sequence &- segments[0].start >= nextSequence &- segments[0].start {
-                    return "operation in a dropped segment"
-                }
-                perSegment[Self.segmentIndex(in: segments, ofSequence: link.sequence), default: 0] += 1
-            }
-            listed += 1
-            previous = current
-            node = link.next
-        }
-        if listed != count { return "count \(count) but \(listed) listed" }
-        if tail?.toOpaque() != previous?.toOpaque() { return "tail mismatch" }
-        if dispatchedWithSlot != executing { return "executing \(executing) but \(dispatchedWithSlot) hold slots" }
-        var total = 0
-        for index in 0..<Self.laneCount {
-            if let broken = lanes[index].checkInvariants(lane: Int8(index), ordered: holdsReadyBack) { return broken }
-            let length = lanes[index].count
-            if (nonEmptyLanes & (1 << UInt8(index)) != 0) != (length > 0) { return "bitmap wrong for lane \(index)" }
-            total += length
-        }
-        if total != readyCount { return "readyCount \(readyCount) but \(total) in lanes" }
-        let gated = segments.firstIndex { $0.gate != nil } ?? segments.count
-        if gated != firstGated { return "first gated segment \(gated) but \(firstGated) recorded" }
-        for (offset, segment) in segments.enumerated() {
-            if segment.unfinished != perSegment[offset, default: 0] {
-                return "segment \(offset) counts \(segment.unfinished) but holds \(perSegment[offset, default: 0])"
-            }
-            if offset < firstGated, segment.held.count > 0 { return "open segment \(offset) holds operations" }
-        }
-        if readinessEpochs.count > count { return "readiness epochs kept for unlinked operations" }
-        if executing < 0 || keptSlots < 0 || retiring < 0 || !loops.isConsistent {
-            return "negative or impossible counters"
-        }
-        return nil
     }
 }
