@@ -29,10 +29,14 @@ struct WaitAnalysis {
     /// Running operation → the wait of the thread or task running it.
     private var blockedRunner: [ObjectIdentifier: WaitRegistry.Record] = [:]
     private let originRunning: Set<ObjectIdentifier>
-    /// The other waits the analysis relied on: operations it found blocked
-    /// because their thread is in one of these waits. A verdict stays true
-    /// while these waits last (a wait that begins later can only block more
-    /// work); see `WaitRegistry.recheck`.
+    /// The other waits the analysis met: operations it found blocked
+    /// because their thread is in one of these waits.
+    private var metWaits: [(operation: Key, wait: ObjectIdentifier)] = []
+    /// The other waits the verdict relies on: those met whose operation
+    /// turned out stuck. A verdict stays true while these waits last (a
+    /// wait that begins later can only block more work, and one whose
+    /// operation is free anyway changes nothing when it ends; probe 28);
+    /// see `WaitRegistry.recheck`. Set by `neverEnds(_:)`.
     private(set) var consultedWaits: Set<ObjectIdentifier> = []
 
     private enum Key: Hashable {
@@ -78,7 +82,9 @@ struct WaitAnalysis {
     mutating func neverEnds(_ target: WaitRegistry.Target) -> WaitVerdict? {
         let root = key(for: target)
         while let (key, item) = unexplored.popLast() { nodes[key] = node(for: item) }
-        guard stuckKeys().contains(root) else { return nil }
+        let stuck = stuckKeys()
+        guard stuck.contains(root) else { return nil }
+        consultedWaits = Set(metWaits.lazy.filter { stuck.contains($0.operation) }.map(\.wait))
         let waiter = origin.running.last
         switch target {
         case .operation(let operation):
@@ -163,7 +169,7 @@ struct WaitAnalysis {
             return Node(fixed: Self.onlyItsBodyFinishes(operation) ? true : false)
         }
         if let runner = blockedRunner[ObjectIdentifier(operation)] {
-            consultedWaits.insert(ObjectIdentifier(runner))
+            metWaits.append((.operation(ObjectIdentifier(operation)), ObjectIdentifier(runner)))
             return Node(needs: [key(for: runner.target)])
         }
         if state.isFinished || state.hasBaseStarted { return Node(fixed: false) }

@@ -113,13 +113,27 @@ final class WaitRegistry: @unchecked Sendable {
     /// caller releases it outside every library lock (a `deinit` it
     /// triggers may be user code).
     private static func analysis(of record: Record, _ others: [Record]) -> WaitAnalysis {
-        analysisWillRun.withLock { $0 }?()
+        if hasAnalysisHook.load(ordering: .acquiring) { analysisWillRun.withLock { $0 }?() }
         return WaitAnalysis(origin: record, records: others)
     }
 
     /// Called before each analysis, with no lock held (tests: an analysis
-    /// made to last, to show that other waits do not wait for it).
-    static let analysisWillRun = Mutex<(@Sendable () -> Void)?>(nil)
+    /// made to last, to show that other waits do not wait for it). Set it
+    /// with `setAnalysisHook(_:)`. A `LockedValue` (a pthread mutex), which
+    /// ThreadSanitizer understands: `Synchronization.Mutex` made it report
+    /// a race on every wait (probe 28).
+    private static let analysisWillRun = LockedValue<(@Sendable () -> Void)?>(nil)
+    private static let hasAnalysisHook = Atomic<Bool>(false)
+
+    /// Installs the test hook called before each analysis.
+    static func setAnalysisHook(_ hook: @escaping @Sendable () -> Void) {
+        let replaced = analysisWillRun.withLock { slot in
+            defer { slot = hook }
+            return slot
+        }
+        hasAnalysisHook.store(true, ordering: .releasing)
+        withExtendedLifetime(replaced) {}
+    }
 
     /// How long a wait's verdict "can never end" must keep holding, re-read
     /// along the way, before the wait gives up and reports it (unless it is

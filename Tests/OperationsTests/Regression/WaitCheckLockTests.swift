@@ -7,6 +7,7 @@
 // and that waits which begin and end during a check do not keep a deadlock
 // from being reported (probe 27). Exit tests: the hook is process-wide.
 
+import Dispatch
 import Glibc
 import Synchronization
 import Testing
@@ -32,7 +33,7 @@ private final class HeldCheck: Sendable {
 /// Meanwhile a plain wait begins and ends, and the registry answers.
 func scenarioOtherWaitsGoOnDuringACheck() {
     let held = HeldCheck()
-    WaitRegistry.analysisWillRun.withLock { $0 = { held.hold() } }
+    WaitRegistry.setAnalysisHook { held.hold() }
 
     let queue = makeQueue("held-check")
     let awaited = BlockOperation {}
@@ -105,7 +106,7 @@ private final class ChurnDuringChecks: Sendable {
 func scenarioDeadlockReportedDespiteChurn() {
     let misuses = installChildMisuseRecorder()
     let churn = ChurnDuringChecks()
-    WaitRegistry.analysisWillRun.withLock { $0 = { churn.churnIfWatched() } }
+    WaitRegistry.setAnalysisHook { churn.churnIfWatched() }
     let serial = makeQueue("churned-serial", width: 1)
     let behind = BlockOperation {}
     behind.name = "queued-behind"
@@ -120,7 +121,85 @@ func scenarioDeadlockReportedDespiteChurn() {
     #expect(churns > 0, "no wait was made during the checks")
 }
 
-@Suite("Probe 26: the deadlock check of one wait holds up no other wait")
+/// An operation that keeps waiting for short-lived operations of its own,
+/// one at a time, until stopped; `endCurrentWait()` ends its present wait
+/// and returns once its next wait has begun (or it stopped).
+private final class ChurningWaiter: Sendable {
+    private(set) nonisolated(unsafe) var operation: BlockOperation!
+    private let stop = Atomic<Bool>(false)
+    private let step = DispatchSemaphore(value: 0)
+    private let began = Atomic<Int>(0)
+    let ended = Atomic<Int>(0)
+
+    init(targets: OperationQueue) {
+        // Set once, before the operation is shared.
+        operation = BlockOperation { [self] in run(targets) }
+    }
+
+    private func run(_ targets: OperationQueue) {
+        var round = 0
+        while !stop.load(ordering: .acquiring), round < 10_000 {
+            let step = step
+            let target = BlockOperation { _ = step.wait(timeout: .now() + .seconds(10)) }
+            targets.addOperation(target)
+            began.store(round + 1, ordering: .releasing)
+            target.waitUntilFinished()
+            round += 1
+        }
+    }
+
+    /// Ends the present wait (bounded) and waits for the next one to begin.
+    func endCurrentWait() {
+        let current = began.load(ordering: .acquiring)
+        guard current > 0, !stop.load(ordering: .acquiring) else { return }
+        step.signal()
+        ended.add(1, ordering: .relaxed)
+        _ = waitUntil { began.load(ordering: .acquiring) > current && WaitRegistry.shared.count >= 2 }
+    }
+
+    func finish() {
+        stop.store(true, ordering: .releasing)
+        step.signal()
+    }
+}
+
+/// On a serial queue, W waits for L, queued behind it; L also depends on C,
+/// which runs elsewhere and keeps making short waits of its own. The check
+/// of W's wait meets C's wait, but C is free whatever it waits for: during
+/// every check, C's wait ends and another begins, and the deadlock must
+/// still be reported (probe 28).
+func scenarioDeadlockReportedDespiteChurnItMeets() {
+    let misuses = installChildMisuseRecorder()
+    let churner = ChurningWaiter(targets: makeQueue("churn-targets"))
+    let others = makeQueue("churner")
+    let serial = makeQueue("met-churn-serial", width: 1)
+    let waiterThread = Atomic<UInt>(0)
+    WaitRegistry.setAnalysisHook {
+        guard waiterThread.load(ordering: .acquiring) == UInt(pthread_self()) else { return }
+        churner.endCurrentWait()
+    }
+    others.addOperation(churner.operation)
+    #expect(waitUntil { WaitRegistry.shared.count >= 1 }, "the churning operation never waited")
+    let behind = BlockOperation {}
+    behind.name = "queued-behind"
+    behind.addDependency(churner.operation)
+    let waitReturned = Gate()
+    serial.addOperation {
+        waiterThread.store(UInt(pthread_self()), ordering: .releasing)
+        behind.waitUntilFinished()
+        waitReturned.open()
+    }
+    serial.addOperation(behind)
+    #expect(waitReturned.wait(), "the wait was never reported")
+    #expect(misuses.events.map(\.code) == [.waitDeadlock], "\(describeMisuses(misuses.events))")
+    let ended = churner.ended.load(ordering: .relaxed)
+    #expect(ended > 0, "no wait ended during the checks")
+    churner.finish()
+    #expect(serial.waitUntilAllOperationsAreFinished(timeout: patience))
+    #expect(others.waitUntilAllOperationsAreFinished(timeout: patience))
+}
+
+@Suite("Wait checks among other waits (probes 26 to 28)")
 struct WaitCheckLockTests {
     @Test("while a wait's check runs, other waits begin and end and the registry answers")
     func otherWaitsGoOn() async {
@@ -130,5 +209,10 @@ struct WaitCheckLockTests {
     @Test("a deadlock is reported although unrelated waits begin and end during each of its checks (probe 27)")
     func reportedDespiteChurn() async {
         await #expect(processExitsWith: .success) { scenarioDeadlockReportedDespiteChurn() }
+    }
+
+    @Test("a deadlock is reported although a wait its check meets, of an operation that is free anyway, keeps ending (probe 28)")
+    func reportedDespiteChurnItMeets() async {
+        await #expect(processExitsWith: .success) { scenarioDeadlockReportedDespiteChurnItMeets() }
     }
 }
