@@ -381,7 +381,9 @@ open class Operation: @unchecked Sendable {
     /// - `isReady`, `isCancelled`: its queue re-reads ``isReady`` and
     ///   ``isCancelled``; a true `isCancelled` also cancels an `async` body.
     ///   An operation in no queue whose class overrides ``isReady`` has that
-    ///   getter read once when `isReady` is announced, as in Foundation.
+    ///   getter read once when `isReady` is announced, as in Foundation (so
+    ///   a getter must not announce `isReady` on every read: each
+    ///   announcement reads it again).
     ///
     /// An announcement never changes the state by itself.
     open func didChangeValue(forKey key: String) {
