@@ -120,8 +120,9 @@ final class WaitRegistry: @unchecked Sendable {
     /// Called before each analysis, with no lock held (tests: an analysis
     /// made to last, to show that other waits do not wait for it). Set it
     /// with `setAnalysisHook(_:)`. A `LockedValue` (a pthread mutex), which
-    /// ThreadSanitizer understands: `Synchronization.Mutex` made it report
-    /// a race on every wait (probe 28).
+    /// ThreadSanitizer understands, read only once a hook is installed: with
+    /// `Synchronization.Mutex`, a client built with `-Xswiftc
+    /// -sanitize=thread` saw its accesses reported as races (probe 28).
     private static let analysisWillRun = LockedValue<(@Sendable () -> Void)?>(nil)
     private static let hasAnalysisHook = Atomic<Bool>(false)
 
