@@ -551,9 +551,8 @@ struct QueueState {
 
     /// Moves the held operations of segment `index` to their lanes: its
     /// barrier and every earlier one have finished. They are released
-    /// together, so they go in add
-    /// order (the order Foundation starts them in) whether or not the queue
-    /// holds ready operations back.
+    /// together, so they go in add order (the order Foundation starts them
+    /// in) whether or not the queue holds ready operations back.
     private mutating func releaseHeld(segment index: Int) {
         var released: [Operation] = []
         released.reserveCapacity(segments[index].held.count)

@@ -61,7 +61,7 @@ struct WaitAnalysis {
     /// Nodes registered but not explored yet, with what they stand for.
     private var unexplored: [(Key, WaitRegistry.Target)] = []
     /// Every operation and queue the analysis obtained, kept until the
-    /// analysis itself is released (see `WaitRegistry.analyse`). Another
+    /// analysis itself is released (see `WaitRegistry.analysis(of:_:)`). Another
     /// thread may meanwhile drop the last other reference to one of them:
     /// its `deinit` (user code) must not run in the middle of the analysis,
     /// where a queue's lock may be held (probe 10), and its address must

@@ -90,10 +90,10 @@ final class WaitRegistry: @unchecked Sendable {
             return nil
         }
         // Registered before the check, which runs outside the lock (see
-        // `analysis(of:_:)`). A certain verdict depends only on what this waiter
-        // runs, so registering first changes no answer; another wait's
-        // check that sees this record in between merely suspects a wait
-        // that is about to be refused, and clears it at its next check.
+        // `analysis(of:_:)`). A certain verdict depends only on what this
+        // waiter runs, so registering first changes no answer; another
+        // wait's check that sees this record in between merely suspects a
+        // wait that is about to be refused, and clears it at its next check.
         let others = lock.withLock {
             let others = Array(records.values)
             records[identifier] = record
@@ -156,12 +156,13 @@ final class WaitRegistry: @unchecked Sendable {
     /// otherwise the verdict and whether the wait gave up.
     ///
     /// With `confirm`, the record is removed along with the verdict, under
-    /// the lock, provided every other wait the check relied on (whose thread
-    /// it counted as blocked) is still registered: of several waits on one
+    /// the lock, provided every other wait the verdict relies on (one whose
+    /// operation the check found stuck because its thread waits) is still
+    /// registered (`WaitAnalysis.consultedWaits`): of several waits on one
     /// cycle, only the first to confirm gives up, and the others then see
-    /// its thread as free. Waits that began or ended meanwhile without
-    /// being relied on do not matter: a wait that begins can only block
-    /// more work. A check overtaken that way is made again, three times at
+    /// its thread as free. Other waits that began or ended meanwhile do not
+    /// matter: a wait that begins can only block more work. A check
+    /// overtaken that way is made again, three times at
     /// most; after that the verdict is returned unconfirmed (the wait stays
     /// suspect), and a later check confirms it.
     func recheck(_ record: Record, confirm: Bool) -> (verdict: WaitVerdict, gaveUp: Bool)? {

@@ -4,8 +4,9 @@
 // wait of the process takes to begin and end, so one check of a large graph
 // held up every unrelated wait (probe 26). These scenarios hold a check open
 // with the registry's test hook and show that other waits go on meanwhile,
-// and that waits which begin and end during a check do not keep a deadlock
-// from being reported (probe 27). Exit tests: the hook is process-wide.
+// and that waits which begin and end during a check, or which the check
+// meets on operations that are free anyway, do not keep a deadlock from
+// being reported (probes 27 and 28). Exit tests: the hook is process-wide.
 
 import Dispatch
 import Glibc
