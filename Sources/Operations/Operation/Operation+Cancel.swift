@@ -19,8 +19,8 @@ extension Operation {
         // the getter (its body may have returned while the rest of its
         // finish is still under way; probe 27). An override is user code,
         // read here, before any lock.
+        if reportedFinished { return nil }
         let baseFinishCounts = !overrides(.isFinished)
-        if baseFinishCounts ? snapshot.isBaseFinished : isFinished { return nil }
         // As in Foundation, cancelling an operation that has not started
         // announces `isReady` too (it is ready now, whatever its dependencies).
         let keys = snapshot.hasBaseStarted ? ["isCancelled"] : ["isCancelled", "isReady"]

@@ -71,6 +71,18 @@ struct BarrierSegmentTests {
     /// to start wrongly. The later operation may start only after it.
     private static let overtakingWindow: Duration = .milliseconds(200)
 
+    /// A block that opens `running`, then runs until a later operation opens
+    /// `overtaken` (bounded by `overtakingWindow`), then logs `name`.
+    private func heldUntilOvertaken(
+        _ name: String, log: Recorder<String>, running: Gate, overtaken: Gate
+    ) -> @Sendable () -> Void {
+        {
+            running.open()
+            _ = overtaken.wait(timeout: Self.overtakingWindow)
+            log.record(name)
+        }
+    }
+
     /// The barriers of `queue`, in add order.
     private func barriers(of queue: OperationQueue) -> [Operation] {
         queue.operations.filter { $0 is BarrierOperation }
@@ -82,11 +94,7 @@ struct BarrierSegmentTests {
         let queue = makeQueue("cancel-later-barrier")
         let firstRuns = Gate()
         let laterStarted = Gate()
-        queue.addBarrierBlock {
-            firstRuns.open()
-            _ = laterStarted.wait(timeout: Self.overtakingWindow)
-            log.record("barrier 1")
-        }
+        queue.addBarrierBlock(heldUntilOvertaken("barrier 1", log: log, running: firstRuns, overtaken: laterStarted))
         #expect(firstRuns.wait())
         queue.addOperation { laterStarted.open(); log.record("x") }
         queue.addBarrierBlock { log.record("barrier 2") }
@@ -108,11 +116,7 @@ struct BarrierSegmentTests {
         let queue = makeQueue("cancel-all-during-barrier")
         let firstRuns = Gate()
         let laterStarted = Gate()
-        queue.addBarrierBlock {
-            firstRuns.open()
-            _ = laterStarted.wait(timeout: Self.overtakingWindow)
-            log.record("barrier 1")
-        }
+        queue.addBarrierBlock(heldUntilOvertaken("barrier 1", log: log, running: firstRuns, overtaken: laterStarted))
         #expect(firstRuns.wait())
         queue.addBarrierBlock { log.record("barrier 2") }
         queue.cancelAllOperations()
@@ -128,11 +132,7 @@ struct BarrierSegmentTests {
         let queue = makeQueue("cancel-later-pending")
         let firstRuns = Gate()
         let laterStarted = Gate()
-        queue.addOperation {
-            firstRuns.open()
-            _ = laterStarted.wait(timeout: Self.overtakingWindow)
-            log.record("a")
-        }
+        queue.addOperation(heldUntilOvertaken("a", log: log, running: firstRuns, overtaken: laterStarted))
         #expect(firstRuns.wait())
         queue.addBarrierBlock { laterStarted.open(); log.record("barrier 1") }
         queue.addOperation { laterStarted.open(); log.record("x") }
