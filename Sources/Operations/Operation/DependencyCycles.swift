@@ -35,8 +35,7 @@ enum DependencyGraph {
         var parent: [ObjectIdentifier: Operation] = [ObjectIdentifier(dependency): dependency]
         var stack = [dependency]
         while let node = stack.popLast() {
-            let dependencies = node.unfinishedDependencies()
-            keepAlive.append(dependencies)
+            let dependencies = node.unfinishedDependencies(keepingAlive: &keepAlive)
             for next in dependencies where parent[ObjectIdentifier(next)] == nil {
                 parent[ObjectIdentifier(next)] = node
                 if next === dependent {
@@ -87,8 +86,7 @@ enum DependencyGraph {
         var found: [[Operation]] = []
         var seenCycles: Set<Set<ObjectIdentifier>> = []
         for root in roots where color[ObjectIdentifier(root)] == nil && !root.loadState().isFinished {
-            let rootDependencies = root.unfinishedDependencies()
-            keepAlive.append(rootDependencies)
+            let rootDependencies = root.unfinishedDependencies(keepingAlive: &keepAlive)
             var stack: [(Operation, [Operation])] = [(root, rootDependencies)]
             color[ObjectIdentifier(root)] = .active
             while !stack.isEmpty {
@@ -108,8 +106,7 @@ enum DependencyGraph {
                     continue
                 case nil:
                     color[ObjectIdentifier(next)] = .active
-                    let dependencies = next.unfinishedDependencies()
-                    keepAlive.append(dependencies)
+                    let dependencies = next.unfinishedDependencies(keepingAlive: &keepAlive)
                     stack.append((next, dependencies))
                 }
             }
@@ -126,11 +123,25 @@ extension Operation {
     /// overridden `isFinished` said it had finished when the edge was added
     /// (`DependencyGetter`), and none once this operation has started.
     final func unfinishedDependencies() -> [Operation] {
+        var read: [[Operation]] = []
+        return unfinishedDependencies(keepingAlive: &read)
+    }
+
+    /// `unfinishedDependencies()`, appending every dependency it read (the
+    /// edges that no longer count too) to `keepAlive`: a caller that
+    /// searches under a lock releases them after unlocking. Another thread
+    /// may have removed an edge since this operation's list was copied,
+    /// leaving the copy the last reference to that dependency, whose
+    /// `deinit` is user code (the cycle check's deadlock, hit again after
+    /// probe 10's fix, which kept only the edges that count).
+    final func unfinishedDependencies(keepingAlive keepAlive: inout [[Operation]]) -> [Operation] {
         let (list, cancelled, countsSelf) = withStateLock { state in
             (storedDependencies, state.isCancelled, state.hasSelfDependency)
         }
+        let read = list.array
+        keepAlive.append(read)
         guard !cancelled else { return [] }
-        return list.array.filter { dependency in
+        return read.filter { dependency in
             if dependency === self { return countsSelf }
             return dependency.withStateLock { state in !state.isFinished && dependency.storedDependents.contains(self) }
         }
