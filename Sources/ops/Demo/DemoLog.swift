@@ -1,3 +1,4 @@
+import Dispatch
 import Synchronization
 
 /// The ordered record of one demo: every line it prints, with the thread that
@@ -129,6 +130,18 @@ final class DemoLog: Sendable {
     /// is exactly `text`.
     func position(of text: String) -> Int? {
         entries.first { $0.text == text }?.index
+    }
+
+    /// Waits, at most `seconds`, until every text in `texts` has been
+    /// recorded (by another thread still finishing its work). Returns
+    /// whether they all were.
+    func waitForLines(_ texts: [String], seconds: Double = 10) -> Bool {
+        let deadline = ContinuousClock.now + .seconds(seconds)
+        while !texts.allSatisfy({ position(of: $0) != nil }) {
+            guard ContinuousClock.now < deadline else { return false }
+            _ = DispatchSemaphore(value: 0).wait(timeout: .now() + .milliseconds(1))
+        }
+        return true
     }
 
     /// How many lines since the section began have exactly this text.

@@ -138,6 +138,11 @@ enum StateSequencesDemo {
         queue.addOperation(bp1)
         queue.addOperation(bp2)
         let drained = queue.waitUntilAllOperationsAreFinished(timeout: .seconds(10))
+        // The queue is empty once the operations have finished; their
+        // `start()` overrides may still be returning on the workers, as in
+        // Foundation. Their last lines are waited for (one CI run checked
+        // before bp2's was recorded).
+        _ = log.waitForLines(["bp1 after start", "bp2 after start"])
         recorder.stop()
 
         log.check(drained, "the queue finished bp1 and bp2 within 10 s")
@@ -183,6 +188,8 @@ enum StateSequencesDemo {
         queue.addOperation(bp1)
         queue.addOperation(bp2)
         let drained = queue.waitUntilAllOperationsAreFinished(timeout: .seconds(10))
+        // As above: the `start()` overrides may still be returning.
+        _ = log.waitForLines(["bp1 after start", "bp2 after start"])
         recorder.stop()
 
         log.check(drained, "the queue finished bp1 and bp2 within 10 s")
