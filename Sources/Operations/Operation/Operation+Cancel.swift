@@ -21,19 +21,14 @@ extension Operation {
         // read here, before any lock.
         if reportedFinished { return nil }
         let baseFinishCounts = !overrides(.isFinished)
-        // As in Foundation, cancelling an operation that has not started
-        // announces `isReady` too (it is ready now, whatever its dependencies).
-        let keys = snapshot.hasBaseStarted ? ["isCancelled"] : ["isCancelled", "isReady"]
-        let observed = snapshot.isObserved
-        if observed { notifyWillChange(keys) }
         var handlers: [@Sendable () -> Void] = []
         var body: AsyncBodyCancellation?
         var queue: OperationQueue?
         var readyAt: OperationInstrumentation.Stamp?
         var cancelledAt: OperationInstrumentation.Stamp?
-        let changed = withStateLock { state -> Bool in
-            let outcome = state.cancel(announced: observed, baseFinishCounts: baseFinishCounts)
-            guard outcome.changed else { return false }
+        // What follows from the change, under the lock of the step that
+        // sets the flag.
+        func takeConsequences(_ state: inout OperationState, _ outcome: OperationState.CancelOutcome) {
             // Timed under the lock, so that a finish on another thread,
             // which needs this lock, has a later time (probe 13).
             if OperationInstrumentation.isActive { cancelledAt = OperationInstrumentation.Stamp() }
@@ -48,13 +43,45 @@ extension Operation {
                 }
             }
             queue = queueForNews(state)
-            return true
         }
-        // The same keys as announced. If the operation finished in between,
-        // `cancel(announced:)` still set the flag, so that the announced
-        // `isCancelled` change happened.
-        if observed { notifyDidChange(keys) }
-        guard changed else { return nil }
+        let start = withStateLock { state -> OperationState.CancelStart in
+            let start = state.beginCancel(baseFinishCounts: baseFinishCounts)
+            if case .cancelled(let outcome) = start { takeConsequences(&state, outcome) }
+            return start
+        }
+        switch start {
+        case .nothing:
+            return nil
+        case .cancelled:
+            break
+        case .awaitAnnouncement:
+            awaitCancellationAnnouncement()
+            return nil
+        case .announce(let includesReadiness):
+            // As in Foundation, cancelling an operation that has not started
+            // announces `isReady` too (it is ready now, whatever its
+            // dependencies).
+            let keys = includesReadiness ? ["isCancelled", "isReady"] : ["isCancelled"]
+            let identity = Unmanaged.passUnretained(self).toOpaque()
+            ThreadContext.withCurrent { $0.cancellationsAnnounced.append(identity) }
+            notifyWillChange(keys)
+            let (changed, awaited) = withStateLock { state -> (Bool, Bool) in
+                let (outcome, awaited) = state.completeCancel(baseFinishCounts: baseFinishCounts)
+                if outcome.changed { takeConsequences(&state, outcome) }
+                return (outcome.changed, awaited)
+            }
+            ThreadContext.withCurrent { context in
+                if let index = context.cancellationsAnnounced.lastIndex(of: identity) {
+                    context.cancellationsAnnounced.remove(at: index)
+                }
+            }
+            if awaited { Self.cancellationAnnouncements.broadcast() }
+            // The same keys as announced. If the operation finished in
+            // between, `completeCancel` still set the flag, so that the
+            // announced `isCancelled` change happened.
+            notifyDidChange(keys)
+            guard changed else { return nil }
+        }
         if TraceRecorder.isActive { TraceRecorder.shared.record(.cancelled, self, queue: nil) }
         if let cancelledAt { OperationInstrumentation.emit(.cancelled, self, queue: queue, at: cancelledAt.time) }
         // An `isReady` override is reported by the queue, when it re-reads it.
@@ -62,6 +89,28 @@ extension Operation {
         body?.cancel()
         for handler in handlers { handler() }
         return queue
+    }
+
+    /// Where `cancel()` calls wait for another call's announcement of
+    /// `isCancelled`: one for all operations (such waits are rare: two
+    /// calls at once on an observed operation).
+    private static let cancellationAnnouncements = WaitSignal()
+
+    /// How long a `cancel()` call waits for another one to set the flag
+    /// before returning anyway: that call's `isCancelled` observers may be
+    /// waiting for this thread.
+    private static var cancellationAnnouncementPatience: Duration { .seconds(1) }
+
+    /// Another `cancel()` call is announcing `isCancelled`: wait until it
+    /// has set the flag, so that this call too returns with the operation
+    /// cancelled, as if it had made the change. A call made on the
+    /// announcing thread itself (by an observer of that announcement)
+    /// returns at once: the flag is set when the observers have returned.
+    private func awaitCancellationAnnouncement() {
+        let identity = Unmanaged.passUnretained(self).toOpaque()
+        if ThreadContext.withCurrent({ $0.cancellationsAnnounced.contains(identity) }) { return }
+        let deadline = Deadline(nanosecondsFromNow: Deadline.saturatingNanoseconds(Self.cancellationAnnouncementPatience))
+        _ = Self.cancellationAnnouncements.waitBroadcast(until: { !loadState().isCancelAnnouncing }, deadline: deadline)
     }
 
     /// A subclass announced `isCancelled`: if its getter reports true, run

@@ -155,7 +155,12 @@ open class Operation: @unchecked Sendable {
     /// reads true (an override is asked), or one already cancelled, does
     /// nothing.
     ///
-    /// Observers hear only changes that happen. A cancellation that lands
+    /// Observers hear only changes that happen, once each. When several
+    /// calls cancel an observed operation at once, one announces the change;
+    /// the others return once it has set ``isCancelled`` (they wait at most a
+    /// second for its observers, which might be waiting for them). A call
+    /// made by an observer of that announcement, on its thread, returns at
+    /// once; the flag is set when the observers return. A cancellation that lands
     /// while the operation starts, after the start announced `isExecuting`,
     /// does not stop the body (as in Foundation, whose start reads
     /// `isCancelled` once); and one that announced `isCancelled` sets it even

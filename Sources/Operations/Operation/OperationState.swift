@@ -41,11 +41,15 @@
 /// | 20     | readiness stale: an edge counted since its queue last read its `isReady` override |
 /// | 21     | an uncounted self-dependency is listed                  |
 /// | 22     | body end claimed: a call ending the body is announcing it |
+/// | 23     | cancel announcing: a `cancel()` call announces `isCancelled` and sets it next |
+/// | 24     | cancel awaited: another `cancel()` call waits for that one |
 /// | 32–63  | unfinished dependencies                                 |
 ///
 /// Invariants (checked by `checkInvariants()`):
 /// - base executing and base finished are never both set;
 /// - `retired` implies `finished`;
+/// - cancel announcing implies not cancelled; cancel awaited implies
+///   cancel announcing;
 /// - the dependency count equals the number of dependencies whose
 ///   dependents list holds this operation (see `DependentList`).
 struct OperationState: Equatable, Sendable, CustomStringConvertible {
@@ -76,6 +80,8 @@ struct OperationState: Equatable, Sendable, CustomStringConvertible {
     private static let readinessStaleBit: UInt64 = 1 << 20
     private static let uncountedSelfDependencyBit: UInt64 = 1 << 21
     private static let bodyEndClaimedBit: UInt64 = 1 << 22
+    private static let cancelAnnouncingBit: UInt64 = 1 << 23
+    private static let cancelAwaitedBit: UInt64 = 1 << 24
     private static let dependencyShift: UInt64 = 32
     private static let dependencyUnit: UInt64 = 1 << 32
 
@@ -247,6 +253,7 @@ struct OperationState: Equatable, Sendable, CustomStringConvertible {
     var description: String {
         var parts = [phase.rawValue]
         if isCancelled { parts.append("cancelled") }
+        if isCancelAnnouncing { parts.append("being cancelled") }
         // The enqueued bit stays set for good (it refuses a second add); the
         // operation is in its queue only until it has finished (probe 27).
         if isEnqueued, !isFinished { parts.append("in a queue") }
@@ -326,26 +333,64 @@ struct OperationState: Equatable, Sendable, CustomStringConvertible {
         var wasReady: Bool
     }
 
-    /// The base `cancel()`. Cancelling twice, or after finishing, changes nothing.
-    ///
-    /// `announced`: the caller told observers "will `isCancelled`" (it read
-    /// the operation unfinished). If it finished since, the flag is still set,
-    /// so that the change observers were promised happens (as in Foundation,
-    /// where a cancel that passed its check sets the flag); nothing else
-    /// follows from it (`changed` is false).
+    /// How a `cancel()` call goes on, decided under the lock.
+    enum CancelStart: Equatable, Sendable {
+        /// Already cancelled, or finished: nothing to do.
+        case nothing
+        /// Not observed: cancelled now (`CancelOutcome.changed` is true).
+        case cancelled(CancelOutcome)
+        /// Observed: this call announces `isCancelled` (and `isReady` too,
+        /// if the operation has not started), then calls `completeCancel`.
+        case announce(includesReadiness: Bool)
+        /// Another call is announcing `isCancelled`: this one must not
+        /// announce it again (observers hear each change once, probe 30),
+        /// and waits for that call's `completeCancel`.
+        case awaitAnnouncement
+    }
+
+    /// The first step of the base `cancel()`. Cancelling twice, or after
+    /// finishing, changes nothing.
     ///
     /// `baseFinishCounts`: the class reports the base state as `isFinished`
     /// (it does not override the getter). Then an operation whose body has
     /// finished reads finished, and is not cancelled, although its finish is
     /// still being carried out (probe 27).
-    mutating func cancel(announced: Bool, baseFinishCounts: Bool) -> CancelOutcome {
+    mutating func beginCancel(baseFinishCounts: Bool) -> CancelStart {
         let finished = isFinished || (baseFinishCounts && isBaseFinished)
-        if !isCancelled, finished, announced { raw |= Self.cancelledBit }
-        guard !isCancelled, !finished else { return CancelOutcome(changed: false, wasReady: isBaseReady) }
+        guard !isCancelled, !finished else { return .nothing }
+        if isCancelAnnouncing {
+            raw |= Self.cancelAwaitedBit
+            return .awaitAnnouncement
+        }
+        if isObserved {
+            raw |= Self.cancelAnnouncingBit
+            return .announce(includesReadiness: !hasBaseStarted)
+        }
         let wasReady = isBaseReady
         raw |= Self.cancelledBit
-        return CancelOutcome(changed: true, wasReady: wasReady)
+        return .cancelled(CancelOutcome(changed: true, wasReady: wasReady))
     }
+
+    /// The second step of an announced cancellation (after observers heard
+    /// "will change"). Returns what changed and whether another call waits
+    /// for it (`cancelAwaited`).
+    ///
+    /// If the operation finished since `beginCancel`, the flag is still
+    /// set, so that the change observers were promised happens (as in
+    /// Foundation, where a cancel that passed its check sets the flag);
+    /// nothing else follows from it (`changed` is false).
+    mutating func completeCancel(baseFinishCounts: Bool) -> (outcome: CancelOutcome, awaited: Bool) {
+        let awaited = raw & Self.cancelAwaitedBit != 0
+        raw &= ~(Self.cancelAnnouncingBit | Self.cancelAwaitedBit)
+        let finished = isFinished || (baseFinishCounts && isBaseFinished)
+        let wasReady = isBaseReady
+        let changed = !isCancelled && !finished
+        raw |= Self.cancelledBit
+        return (CancelOutcome(changed: changed, wasReady: wasReady), awaited)
+    }
+
+    /// A `cancel()` call is announcing `isCancelled` and has not set it yet.
+    var isCancelAnnouncing: Bool { raw & Self.cancelAnnouncingBit != 0 }
 
     /// Whether the cancellation handlers have run.
     var hasHandledCancellation: Bool { raw & Self.cancellationHandledBit != 0 }
@@ -404,6 +449,8 @@ struct OperationState: Equatable, Sendable, CustomStringConvertible {
     func checkInvariants() -> String? {
         if isBaseExecuting && isBaseFinished { return "base executing and base finished at once: \(self)" }
         if isRetired && !isFinished { return "retired before finished: \(self)" }
+        if isCancelAnnouncing && isCancelled { return "cancel announcing while cancelled: \(self)" }
+        if raw & Self.cancelAwaitedBit != 0 && !isCancelAnnouncing { return "cancel awaited without an announcing cancel: \(self)" }
         return nil
     }
 }

@@ -61,7 +61,8 @@ final class PlatformLock: @unchecked Sendable {
     }
 }
 
-/// A one-shot or counting wake-up used by blocking waits.
+/// A one-shot wake-up used by blocking waits, or a broadcast for waiters
+/// of a condition of their own (`waitBroadcast(until:deadline:)`).
 ///
 /// A thin wrapper over a pthread mutex and condition variable so that waits
 /// can have deadlines without Foundation. Waiters re-check their own
@@ -102,6 +103,28 @@ final class WaitSignal: @unchecked Sendable {
         pthread_mutex_unlock(mutex)
     }
 
+    /// Wakes every waiter of `waitBroadcast(until:deadline:)`, leaving the
+    /// one-shot signal alone.
+    func broadcast() {
+        pthread_mutex_lock(mutex)
+        pthread_cond_broadcast(condition)
+        pthread_mutex_unlock(mutex)
+    }
+
+    /// Waits until `condition()`, checked under the mutex, is true, or until
+    /// `deadline` passes. Returns whether the condition became true. A
+    /// `broadcast()` made after the condition changed cannot be missed.
+    /// `condition` must not take locks or call user code.
+    func waitBroadcast(until condition: () -> Bool, deadline: Deadline) -> Bool {
+        pthread_mutex_lock(mutex)
+        defer { pthread_mutex_unlock(mutex) }
+        while !condition() {
+            if deadline.hasPassed() { return false }
+            timedWait(until: deadline)
+        }
+        return true
+    }
+
     /// Waits until `signal()` has been called, or until `deadline` passes.
     /// Returns `true` when signalled. Consumes the signal.
     @discardableResult
@@ -110,31 +133,36 @@ final class WaitSignal: @unchecked Sendable {
         defer { pthread_mutex_unlock(mutex) }
         while !signalled {
             if let deadline {
-                #if os(Linux) || os(Android) || os(FreeBSD)
-                // The condition variable measures CLOCK_MONOTONIC (see init).
-                var spec = timespec(
-                    tv_sec: Int(deadline.nanoseconds / 1_000_000_000),
-                    tv_nsec: Int(deadline.nanoseconds % 1_000_000_000)
-                )
-                let status = pthread_cond_timedwait(condition, mutex, &spec)
-                #elseif canImport(Darwin)
-                // Darwin's condition variables measure wall-clock time; a
-                // relative wait keeps the deadline monotonic.
-                let remaining = deadline.remaining()
-                var spec = timespec(tv_sec: Int(remaining / 1_000_000_000), tv_nsec: Int(remaining % 1_000_000_000))
-                let status = remaining == 0 ? ETIMEDOUT : pthread_cond_timedwait_relative_np(condition, mutex, &spec)
-                #else
-                #error("Timed waits need a monotonic condition variable on this platform.")
-                #endif
-                if status == ETIMEDOUT && !signalled {
-                    if deadline.hasPassed() { return false }
-                }
+                if deadline.hasPassed() { return false }
+                timedWait(until: deadline)
             } else {
                 pthread_cond_wait(condition, mutex)
             }
         }
         signalled = false
         return true
+    }
+
+    /// One wait on the condition variable, until `deadline` at the latest
+    /// (it may return earlier: callers re-check). The mutex is held.
+    private func timedWait(until deadline: Deadline) {
+        #if os(Linux) || os(Android) || os(FreeBSD)
+        // The condition variable measures CLOCK_MONOTONIC (see init).
+        var spec = timespec(
+            tv_sec: Int(deadline.nanoseconds / 1_000_000_000),
+            tv_nsec: Int(deadline.nanoseconds % 1_000_000_000)
+        )
+        _ = pthread_cond_timedwait(condition, mutex, &spec)
+        #elseif canImport(Darwin)
+        // Darwin's condition variables measure wall-clock time; a relative
+        // wait keeps the deadline monotonic.
+        let remaining = deadline.remaining()
+        guard remaining > 0 else { return }
+        var spec = timespec(tv_sec: Int(remaining / 1_000_000_000), tv_nsec: Int(remaining % 1_000_000_000))
+        _ = pthread_cond_timedwait_relative_np(condition, mutex, &spec)
+        #else
+        #error("Timed waits need a monotonic condition variable on this platform.")
+        #endif
     }
 }
 
