@@ -47,18 +47,18 @@ extension KeyValueObservable where Self: OperationQueue {
     }
 
     static func observationKey<Value>(for keyPath: KeyPath<Self, Value>) -> String? {
-        let path = keyPath as AnyKeyPath
-        let known: [(AnyKeyPath, String)] = [
-            (\Self.operations, "operations"),
-            (\Self.operationCount, "operationCount"),
-            (\Self.isSuspended, "isSuspended"),
-            (\Self.maxConcurrentOperationCount, "maxConcurrentOperationCount"),
-            (\Self.name, "name"),
-            (\Self.qualityOfService, "qualityOfService"),
-            (\Self.underlyingQueue, "underlyingQueue"),
-            (\Self.progress, "progress"),
-        ]
-        return known.first { $0.0 == path }?.1
+        ObservedKeyNames.name(of: keyPath, in: Self.self) {
+            [
+                (\Self.operations, "operations"),
+                (\Self.operationCount, "operationCount"),
+                (\Self.isSuspended, "isSuspended"),
+                (\Self.maxConcurrentOperationCount, "maxConcurrentOperationCount"),
+                (\Self.name, "name"),
+                (\Self.qualityOfService, "qualityOfService"),
+                (\Self.underlyingQueue, "underlyingQueue"),
+                (\Self.progress, "progress"),
+            ]
+        }
     }
 }
 
