@@ -21,32 +21,10 @@ extension Operation {
         // read here, before any lock.
         if reportedFinished { return nil }
         let baseFinishCounts = !overrides(.isFinished)
-        var handlers: [@Sendable () -> Void] = []
-        var body: AsyncBodyCancellation?
-        var queue: OperationQueue?
-        var readyAt: OperationInstrumentation.Stamp?
-        var cancelledAt: OperationInstrumentation.Stamp?
-        // What follows from the change, under the lock of the step that
-        // sets the flag.
-        func takeConsequences(_ state: inout OperationState, _ outcome: OperationState.CancelOutcome) {
-            // Timed under the lock, so that a finish on another thread,
-            // which needs this lock, has a later time (probe 13).
-            if OperationInstrumentation.isActive { cancelledAt = OperationInstrumentation.Stamp() }
-            // Cancelling makes a waiting operation ready (as its base state);
-            // timed under the lock, like its other readiness changes.
-            if !outcome.wasReady { readyAt = .readinessChange(of: state) }
-            if state.takeCancellationHandling() {
-                body = takeBodyCancellationLocked()
-                if let extras {
-                    handlers = extras.cancellationHandlers
-                    extras.cancellationHandlers = []
-                }
-            }
-            queue = queueForNews(state)
-        }
+        var consequences = CancelConsequences()
         let start = withStateLock { state -> OperationState.CancelStart in
             let start = state.beginCancel(baseFinishCounts: baseFinishCounts)
-            if case .cancelled(let outcome) = start { takeConsequences(&state, outcome) }
+            if case .cancelled(let outcome) = start { takeCancelConsequencesLocked(&state, outcome, into: &consequences) }
             return start
         }
         switch start {
@@ -67,7 +45,7 @@ extension Operation {
             notifyWillChange(keys)
             let (changed, awaited) = withStateLock { state -> (Bool, Bool) in
                 let (outcome, awaited) = state.completeCancel(baseFinishCounts: baseFinishCounts)
-                if outcome.changed { takeConsequences(&state, outcome) }
+                if outcome.changed { takeCancelConsequencesLocked(&state, outcome, into: &consequences) }
                 return (outcome.changed, awaited)
             }
             ThreadContext.withCurrent { context in
@@ -82,13 +60,48 @@ extension Operation {
             notifyDidChange(keys)
             guard changed else { return nil }
         }
+        let queue = consequences.queue
         if TraceRecorder.isActive { TraceRecorder.shared.record(.cancelled, self, queue: nil) }
-        if let cancelledAt { OperationInstrumentation.emit(.cancelled, self, queue: queue, at: cancelledAt.time) }
+        if let cancelledAt = consequences.cancelledAt { OperationInstrumentation.emit(.cancelled, self, queue: queue, at: cancelledAt.time) }
         // An `isReady` override is reported by the queue, when it re-reads it.
-        if let readyAt, !overrides(.isReady) { OperationInstrumentation.emit(.ready, self, queue: queue, at: readyAt.time) }
-        body?.cancel()
-        for handler in handlers { handler() }
+        if let readyAt = consequences.readyAt, !overrides(.isReady) { OperationInstrumentation.emit(.ready, self, queue: queue, at: readyAt.time) }
+        consequences.body?.cancel()
+        for handler in consequences.handlers { handler() }
         return queue
+    }
+
+    /// What follows from a cancellation, taken under the lock of the step
+    /// that set the flag, and carried out after it.
+    private struct CancelConsequences {
+        var handlers: [@Sendable () -> Void] = []
+        var body: AsyncBodyCancellation?
+        var queue: OperationQueue?
+        var readyAt: OperationInstrumentation.Stamp?
+        var cancelledAt: OperationInstrumentation.Stamp?
+    }
+
+    /// Takes what follows from the cancellation `outcome` describes. The
+    /// state lock is held.
+    @inline(__always)
+    private final func takeCancelConsequencesLocked(
+        _ state: inout OperationState,
+        _ outcome: OperationState.CancelOutcome,
+        into consequences: inout CancelConsequences
+    ) {
+        // Timed under the lock, so that a finish on another thread, which
+        // needs this lock, has a later time (probe 13).
+        if OperationInstrumentation.isActive { consequences.cancelledAt = OperationInstrumentation.Stamp() }
+        // Cancelling makes a waiting operation ready (as its base state);
+        // timed under the lock, like its other readiness changes.
+        if !outcome.wasReady { consequences.readyAt = .readinessChange(of: state) }
+        if state.takeCancellationHandling() {
+            consequences.body = takeBodyCancellationLocked()
+            if let extras {
+                consequences.handlers = extras.cancellationHandlers
+                extras.cancellationHandlers = []
+            }
+        }
+        consequences.queue = queueForNews(state)
     }
 
     /// Where `cancel()` calls wait for another call's announcement of
