@@ -404,6 +404,24 @@ struct MisuseTests {
         unrelatedWorkStillRuns()
     }
 
+    @Test("an operation added while underlyingQueue is being set (after its check) makes the change a misuse")
+    func underlyingQueueRacingAnAdd() {
+        let queue = makeQueue("racing-underlying")
+        queue.isSuspended = true
+        // The observer of the will-change runs after the setter's first
+        // look found the queue empty, and adds an operation: the change must
+        // not land on a queue that holds one (probe 27).
+        let token = queue.observe(key: "underlyingQueue", options: [.prior]) { queue, change in
+            if change.isPrior { queue.addOperation {} }
+        }
+        let reported = misuses { queue.underlyingQueue = DispatchQueue(label: "late") }
+        expectSingle(reported, .underlyingQueueWhileBusy, naming: "\"racing-underlying\"")
+        #expect(queue.underlyingQueue == nil)
+        queue.isSuspended = false
+        #expect(queue.waitUntilAllOperationsAreFinished(timeout: patience))
+        withExtendedLifetime(token) {}
+    }
+
     @Test("a pending limit below 1")
     func invalidPendingLimit() {
         let queue = makeQueue("bad-limit")

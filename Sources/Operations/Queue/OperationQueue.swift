@@ -274,21 +274,30 @@ open class OperationQueue: @unchecked Sendable {
             guard kind == .pool else { return }
             let busy = lock.withLock { state.count > 0 }
             if busy {
-                OperationMisuse.report(
-                    .underlyingQueueWhileBusy,
-                    subject: .queue(self),
-                    "had its underlyingQueue changed while it holds operations. Set underlyingQueue before adding operations, or when the queue is empty."
-                )
+                reportUnderlyingQueueWhileBusy()
                 return
             }
             notifyWillChange(["underlyingQueue"])
-            let old = lock.withLock { () -> DispatchQueue? in
+            // Checked again where it is stored: an operation added since the
+            // first look (by another thread, or by an observer of the
+            // will-change) keeps the queue as it is.
+            let (stored, old) = lock.withLock { () -> (Bool, DispatchQueue?) in
+                guard state.count == 0 else { return (false, nil) }
                 defer { storedUnderlyingQueue = newValue }
-                return storedUnderlyingQueue
+                return (true, storedUnderlyingQueue)
             }
             withExtendedLifetime(old) {}
             notifyDidChange(["underlyingQueue"])
+            if !stored { reportUnderlyingQueueWhileBusy() }
         }
+    }
+
+    private func reportUnderlyingQueueWhileBusy() {
+        OperationMisuse.report(
+            .underlyingQueueWhileBusy,
+            subject: .queue(self),
+            "had its underlyingQueue changed while it holds operations. Set underlyingQueue before adding operations, or when the queue is empty."
+        )
     }
 
     // MARK: Contents
