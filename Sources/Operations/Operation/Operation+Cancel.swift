@@ -22,9 +22,14 @@ extension Operation {
         if reportedFinished { return nil }
         let baseFinishCounts = !overrides(.isFinished)
         var consequences = CancelConsequences()
+        let identity = Unmanaged.passUnretained(self).toOpaque()
         let start = withStateLock { state -> OperationState.CancelStart in
             let start = state.beginCancel(baseFinishCounts: baseFinishCounts)
-            if case .cancelled(let outcome) = start { takeCancelConsequencesLocked(&state, outcome, into: &consequences) }
+            switch start {
+            case .cancelled(let outcome): takeCancelConsequencesLocked(&state, outcome, into: &consequences)
+            case .announce: CancelAnnouncements.shared.claim(identity)
+            case .nothing, .awaitAnnouncement: break
+            }
             return start
         }
         switch start {
@@ -33,27 +38,28 @@ extension Operation {
         case .cancelled:
             break
         case .awaitAnnouncement:
-            awaitCancellationAnnouncement()
-            return nil
+            // Another call announces the change: wait for it to set the
+            // flag, or set it here when waiting could not end.
+            let settled = CancelAnnouncements.shared.awaitClaimant(of: identity) { loadState().isCancelAnnouncing }
+            if settled { return nil }
+            let changed = withStateLock { state -> Bool in
+                let outcome = state.forceCancel(baseFinishCounts: baseFinishCounts)
+                if outcome.changed { takeCancelConsequencesLocked(&state, outcome, into: &consequences) }
+                return outcome.changed
+            }
+            guard changed else { return nil }
         case .announce(let includesReadiness):
             // As in Foundation, cancelling an operation that has not started
             // announces `isReady` too (it is ready now, whatever its
             // dependencies).
             let keys = includesReadiness ? ["isCancelled", "isReady"] : ["isCancelled"]
-            let identity = Unmanaged.passUnretained(self).toOpaque()
-            ThreadContext.withCurrent { $0.cancellationsAnnounced.append(identity) }
             notifyWillChange(keys)
             let (changed, awaited) = withStateLock { state -> (Bool, Bool) in
                 let (outcome, awaited) = state.completeCancel(baseFinishCounts: baseFinishCounts)
                 if outcome.changed { takeCancelConsequencesLocked(&state, outcome, into: &consequences) }
                 return (outcome.changed, awaited)
             }
-            ThreadContext.withCurrent { context in
-                if let index = context.cancellationsAnnounced.lastIndex(of: identity) {
-                    context.cancellationsAnnounced.remove(at: index)
-                }
-            }
-            if awaited { Self.cancellationAnnouncements.broadcast() }
+            CancelAnnouncements.shared.release(identity, wakeWaiters: awaited)
             // The same keys as announced. If the operation finished in
             // between, `completeCancel` still set the flag, so that the
             // announced `isCancelled` change happened.
@@ -102,28 +108,6 @@ extension Operation {
             }
         }
         consequences.queue = queueForNews(state)
-    }
-
-    /// Where `cancel()` calls wait for another call's announcement of
-    /// `isCancelled`: one for all operations (such waits are rare: two
-    /// calls at once on an observed operation).
-    private static let cancellationAnnouncements = WaitSignal()
-
-    /// How long a `cancel()` call waits for another one to set the flag
-    /// before returning anyway: that call's `isCancelled` observers may be
-    /// waiting for this thread.
-    private static var cancellationAnnouncementPatience: Duration { .seconds(1) }
-
-    /// Another `cancel()` call is announcing `isCancelled`: wait until it
-    /// has set the flag, so that this call too returns with the operation
-    /// cancelled, as if it had made the change. A call made on the
-    /// announcing thread itself (by an observer of that announcement)
-    /// returns at once: the flag is set when the observers have returned.
-    private func awaitCancellationAnnouncement() {
-        let identity = Unmanaged.passUnretained(self).toOpaque()
-        if ThreadContext.withCurrent({ $0.cancellationsAnnounced.contains(identity) }) { return }
-        let deadline = Deadline(nanosecondsFromNow: Deadline.saturatingNanoseconds(Self.cancellationAnnouncementPatience))
-        _ = Self.cancellationAnnouncements.waitBroadcast(until: { !loadState().isCancelAnnouncing }, deadline: deadline)
     }
 
     /// A subclass announced `isCancelled`: if its getter reports true, run

@@ -156,11 +156,15 @@ open class Operation: @unchecked Sendable {
     /// nothing.
     ///
     /// Observers hear only changes that happen, once each. When several
-    /// calls cancel an observed operation at once, one announces the change;
-    /// the others return once it has set ``isCancelled`` (they wait at most a
-    /// second for its observers, which might be waiting for them). A call
-    /// made by an observer of that announcement, on its thread, returns at
-    /// once; the flag is set when the observers return. A cancellation that lands
+    /// calls cancel an observed operation at once, one announces the change,
+    /// and every call returns with ``isCancelled`` true. The others wait for
+    /// the first to set it, except when that could not end: a call made by
+    /// an observer of the announcement, one that the announcing call's
+    /// observers wait for (directly, or through other cancellations), or
+    /// one that has waited 20 ms (the observers may be blocked on something
+    /// the caller holds). Such a call sets the flag itself, before the
+    /// announcing call's "did change"; an observer not yet told "will
+    /// change" then reads the old value as true. A cancellation that lands
     /// while the operation starts, after the start announced `isExecuting`,
     /// does not stop the body (as in Foundation, whose start reads
     /// `isCancelled` once); and one that announced `isCancelled` sets it even

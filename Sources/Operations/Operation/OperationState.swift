@@ -48,8 +48,7 @@
 /// Invariants (checked by `checkInvariants()`):
 /// - base executing and base finished are never both set;
 /// - `retired` implies `finished`;
-/// - cancel announcing implies not cancelled; cancel awaited implies
-///   cancel announcing;
+/// - cancel awaited implies cancel announcing;
 /// - the dependency count equals the number of dependencies whose
 ///   dependents list holds this operation (see `DependentList`).
 struct OperationState: Equatable, Sendable, CustomStringConvertible {
@@ -343,8 +342,9 @@ struct OperationState: Equatable, Sendable, CustomStringConvertible {
         /// if the operation has not started), then calls `completeCancel`.
         case announce(includesReadiness: Bool)
         /// Another call is announcing `isCancelled`: this one must not
-        /// announce it again (observers hear each change once, probe 30),
-        /// and waits for that call's `completeCancel`.
+        /// announce it again (observers hear each change once, probe 30).
+        /// It waits for that call's `completeCancel`, or, when it cannot
+        /// (see `CancelAnnouncements`), sets the flag with `forceCancel`.
         case awaitAnnouncement
     }
 
@@ -389,7 +389,21 @@ struct OperationState: Equatable, Sendable, CustomStringConvertible {
         return (CancelOutcome(changed: changed, wasReady: wasReady), awaited)
     }
 
-    /// A `cancel()` call is announcing `isCancelled` and has not set it yet.
+    /// A call that found another one announcing `isCancelled` and cannot
+    /// wait for it sets the flag itself, without announcing it: that call
+    /// announces the change when its observers have heard "will change".
+    /// What follows from the change is this call's (`changed`); that call's
+    /// `completeCancel` then reports nothing changed.
+    mutating func forceCancel(baseFinishCounts: Bool) -> CancelOutcome {
+        let finished = isFinished || (baseFinishCounts && isBaseFinished)
+        let wasReady = isBaseReady
+        guard !isCancelled, !finished else { return CancelOutcome(changed: false, wasReady: wasReady) }
+        raw |= Self.cancelledBit
+        return CancelOutcome(changed: true, wasReady: wasReady)
+    }
+
+    /// A `cancel()` call is announcing `isCancelled` (and has not completed:
+    /// the flag may have been set by another call meanwhile, `forceCancel`).
     var isCancelAnnouncing: Bool { raw & Self.cancelAnnouncingBit != 0 }
 
     /// Whether the cancellation handlers have run.
@@ -449,7 +463,6 @@ struct OperationState: Equatable, Sendable, CustomStringConvertible {
     func checkInvariants() -> String? {
         if isBaseExecuting && isBaseFinished { return "base executing and base finished at once: \(self)" }
         if isRetired && !isFinished { return "retired before finished: \(self)" }
-        if isCancelAnnouncing && isCancelled { return "cancel announcing while cancelled: \(self)" }
         if raw & Self.cancelAwaitedBit != 0 && !isCancelAnnouncing { return "cancel awaited without an announcing cancel: \(self)" }
         return nil
     }

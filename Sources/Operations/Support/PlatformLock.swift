@@ -61,8 +61,8 @@ final class PlatformLock: @unchecked Sendable {
     }
 }
 
-/// A one-shot wake-up used by blocking waits, or a broadcast for waiters
-/// of a condition of their own (`waitBroadcast(until:deadline:)`).
+/// A one-shot wake-up used by blocking waits, or a mutex and condition for
+/// waiters of a condition of their own (`withMutex`, `waitLocked(until:)`).
 ///
 /// A thin wrapper over a pthread mutex and condition variable so that waits
 /// can have deadlines without Foundation. Waiters re-check their own
@@ -103,26 +103,26 @@ final class WaitSignal: @unchecked Sendable {
         pthread_mutex_unlock(mutex)
     }
 
-    /// Wakes every waiter of `waitBroadcast(until:deadline:)`, leaving the
-    /// one-shot signal alone.
-    func broadcast() {
-        pthread_mutex_lock(mutex)
-        pthread_cond_broadcast(condition)
-        pthread_mutex_unlock(mutex)
-    }
-
-    /// Waits until `condition()`, checked under the mutex, is true, or until
-    /// `deadline` passes. Returns whether the condition became true. A
-    /// `broadcast()` made after the condition changed cannot be missed.
-    /// `condition` must not take locks or call user code.
-    func waitBroadcast(until condition: () -> Bool, deadline: Deadline) -> Bool {
+    /// Runs `body` with the mutex held. For callers that keep state of
+    /// their own under this mutex: `body` may wait for a broadcast with
+    /// `waitLocked(until:)`, and wake waiters with `broadcastLocked()`.
+    func withMutex<R>(_ body: () throws -> R) rethrows -> R {
         pthread_mutex_lock(mutex)
         defer { pthread_mutex_unlock(mutex) }
-        while !condition() {
-            if deadline.hasPassed() { return false }
-            timedWait(until: deadline)
-        }
-        return true
+        return try body()
+    }
+
+    /// Wakes every thread waiting in `waitLocked(until:)`. The mutex is held
+    /// (`withMutex`).
+    func broadcastLocked() {
+        pthread_cond_broadcast(condition)
+    }
+
+    /// Waits once for a broadcast, until `deadline` at the latest; it may
+    /// return earlier, so callers re-check their condition. The mutex is
+    /// held (`withMutex`), and released meanwhile.
+    func waitLocked(until deadline: Deadline) {
+        timedWait(until: deadline)
     }
 
     /// Waits until `signal()` has been called, or until `deadline` passes.

@@ -50,13 +50,6 @@ final class ThreadContext {
     /// naming the operation's queue for the library's own checks.
     @exclusivity(unchecked) var inCompletionBlock = false
 
-    /// The operations whose `isCancelled` change this thread is announcing
-    /// (see `Operation.cancelWithoutQueueNews()`), by identity only: an
-    /// observer that cancels such an operation again must not wait for
-    /// its own thread. Unretained: never dereferenced, and the announcing
-    /// call holds the operation while it is listed.
-    @exclusivity(unchecked) var cancellationsAnnounced: [UnsafeMutableRawPointer] = []
-
     /// What `leave` restores.
     struct Saved {
         fileprivate let operation: Unmanaged<Operation>?

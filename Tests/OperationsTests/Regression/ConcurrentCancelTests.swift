@@ -1,7 +1,9 @@
 // Two `cancel()` calls at the same moment on an observed operation (probe
 // 30, scenarios Z10 and Z12): both passed the check, both announced
 // `isCancelled`, and observers heard the change twice (`NO→YES` twice, or a
-// `YES→YES`). One call announces now; the other waits for its change.
+// `YES→YES`). One call announces now; the other waits for its change, and
+// sets the flag itself when waiting could not end (probe 32: a first
+// version waited up to a second, and could return uncancelled).
 
 import Dispatch
 import Synchronization
@@ -49,10 +51,12 @@ struct ConcurrentCancelTests {
         let operation = BlockOperation {}
         let priors = Counter()
         let dids = Counter()
+        let sawCancelledInObserver = Atomic<Int>(0)
         let token = operation.observe(\.isCancelled, options: [.prior]) { operation, change in
             if change.isPrior {
                 priors.increment()
                 operation.cancel()
+                if operation.isCancelled { sawCancelledInObserver.add(1, ordering: .acquiringAndReleasing) }
             } else {
                 dids.increment()
                 operation.cancel()
@@ -65,6 +69,7 @@ struct ConcurrentCancelTests {
         }
         #expect(done.wait(), "a cancel() from the observer of its own announcement waited for itself")
         #expect(operation.isCancelled)
+        #expect(sawCancelledInObserver.load(ordering: .acquiring) == 1, "the observer's cancel() returned with isCancelled false")
         #expect(priors.count == 1)
         #expect(dids.count == 1)
         withExtendedLifetime(token) {}
@@ -88,6 +93,101 @@ struct ConcurrentCancelTests {
         operation.cancel()
         #expect(operation.isCancelled)
         #expect(priors.count == 1)
+        withExtendedLifetime(token) {}
+    }
+
+    @Test("a cancel() made while holding a lock that the announcing call's observer needs returns, with isCancelled true")
+    func cancelWhileHoldingTheObserversLock() {
+        let lock = DispatchSemaphore(value: 1)
+        let operation = BlockOperation {}
+        let inObserver = Gate()
+        let token = operation.observe(\.isCancelled, options: [.prior]) { _, change in
+            guard change.isPrior else { return }
+            inObserver.open()
+            _ = lock.wait(timeout: patience.dispatchTimeout)
+            lock.signal()
+        }
+        let holderDone = Gate()
+        let holderSawCancelled = Atomic<Bool>(false)
+        let holding = Gate()
+        spawnThread {
+            _ = lock.wait(timeout: patience.dispatchTimeout)
+            holding.open()
+            _ = inObserver.wait()
+            operation.cancel()
+            holderSawCancelled.store(operation.isCancelled, ordering: .releasing)
+            lock.signal()
+            holderDone.open()
+        }
+        #expect(holding.wait())
+        let announcerDone = Gate()
+        spawnThread {
+            operation.cancel()
+            announcerDone.open()
+        }
+        #expect(holderDone.wait())
+        #expect(announcerDone.wait())
+        let sawCancelled = holderSawCancelled.load(ordering: .acquiring)
+        #expect(sawCancelled, "the call that could not wait returned with isCancelled false")
+        withExtendedLifetime(token) {}
+    }
+
+    @Test("observers calling cancelAllOperations() on two threads: every operation is cancelled when each call returns")
+    func cancelAllFromObserversOnTwoThreads() {
+        let count = 20
+        let queue = makeQueue("cancel-all-from-observers")
+        queue.isSuspended = true
+        var operations: [BlockOperation] = []
+        var tokens: [KeyValueObservation] = []
+        for _ in 0..<count {
+            let operation = BlockOperation {}
+            let fired = Counter()
+            tokens.append(operation.observe(\.isCancelled, options: [.prior]) { _, change in
+                if change.isPrior, fired.increment() == 1 { queue.cancelAllOperations() }
+            })
+            operations.append(operation)
+        }
+        queue.addOperations(operations, waitUntilFinished: false)
+        let all = operations
+        let uncancelled = Counter()
+        let go = DispatchSemaphore(value: 0)
+        let finished = DispatchSemaphore(value: 0)
+        for thread in 0..<2 {
+            spawnThread {
+                _ = go.wait(timeout: patience.dispatchTimeout)
+                all[thread * count / 2].cancel()
+                queue.cancelAllOperations()
+                for operation in all where !operation.isCancelled { uncancelled.increment() }
+                finished.signal()
+            }
+        }
+        go.signal()
+        go.signal()
+        #expect(finished.wait(timeout: patience.dispatchTimeout) == .success)
+        #expect(finished.wait(timeout: patience.dispatchTimeout) == .success)
+        #expect(uncancelled.count == 0, "cancelAllOperations() returned with \(uncancelled.count) operations not cancelled")
+        queue.isSuspended = false
+        #expect(queue.waitUntilAllOperationsAreFinished(timeout: patience))
+        withExtendedLifetime(tokens) {}
+    }
+
+    @Test("an operation that its own isCancelled observer adds to a full .reject queue is refused without running its work")
+    func refusedFromItsOwnCancelObserver() {
+        let queue = makeQueue("full-reject", width: 1)
+        queue.setPendingLimit(1, policy: .reject)
+        let gate = Gate()
+        queue.addOperation(BlockOperation { _ = gate.wait() })
+        let ran = Counter()
+        let operation = BlockOperation { ran.increment() }
+        let fired = Counter()
+        let token = operation.observe(\.isCancelled, options: [.prior]) { operation, change in
+            if change.isPrior, fired.increment() == 1 { queue.addOperation(operation) }
+        }
+        operation.cancel()
+        gate.open()
+        #expect(queue.waitUntilAllOperationsAreFinished(timeout: patience))
+        #expect(operation.waitUntilFinished(timeout: patience))
+        #expect(ran.count == 0, "the refused operation ran its work")
         withExtendedLifetime(token) {}
     }
 
