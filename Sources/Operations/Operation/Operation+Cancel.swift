@@ -9,8 +9,10 @@ extension Operation {
 
     /// The base `cancel()`, except that the owning queue is not told: returns
     /// the queue to tell that the operation's readiness may have changed, or
-    /// nil if nothing changed or no queue owns it. `cancelAllOperations()`
-    /// tells its queue once for a batch.
+    /// nil if nothing changed, no queue owns it, or the queue was told
+    /// already (a cancellation announced to observers tells it before their
+    /// "did change"). `cancelAllOperations()` tells its queue once for a
+    /// batch.
     final func cancelWithoutQueueNews() -> OperationQueue? {
         let snapshot = loadState()
         guard !snapshot.isCancelled, !snapshot.isFinished else { return nil }
@@ -22,6 +24,7 @@ extension Operation {
         if reportedFinished { return nil }
         let baseFinishCounts = !overrides(.isFinished)
         var consequences = CancelConsequences()
+        var queueTold = false
         let identity = Unmanaged.passUnretained(self).toOpaque()
         let start = withStateLock { state -> OperationState.CancelStart in
             let start = state.beginCancel(baseFinishCounts: baseFinishCounts)
@@ -48,6 +51,10 @@ extension Operation {
                 return outcome.changed
             }
             guard changed else { return nil }
+            // The queue hears now, not in a caller's batch: the announcing
+            // call's observers may be waiting for this operation to finish.
+            consequences.queue?.memberReadinessMayHaveChanged(self)
+            queueTold = true
         case .announce(let includesReadiness):
             // As in Foundation, cancelling an operation that has not started
             // announces `isReady` too (it is ready now, whatever its
@@ -60,6 +67,14 @@ extension Operation {
                 return (outcome.changed, awaited)
             }
             CancelAnnouncements.shared.release(identity, wakeWaiters: awaited)
+            // The queue hears before the observers: one of them may wait
+            // for the operation to finish, which a cancelled operation in a
+            // queue does once its queue retires it (as in Foundation, whose
+            // queue reacts to the `isReady` change among the observers).
+            if changed {
+                consequences.queue?.memberReadinessMayHaveChanged(self)
+                queueTold = true
+            }
             // The same keys as announced. If the operation finished in
             // between, `completeCancel` still set the flag, so that the
             // announced `isCancelled` change happened.
@@ -73,7 +88,14 @@ extension Operation {
         if let readyAt = consequences.readyAt, !overrides(.isReady) { OperationInstrumentation.emit(.ready, self, queue: queue, at: readyAt.time) }
         consequences.body?.cancel()
         for handler in consequences.handlers { handler() }
-        return queue
+        return queueTold ? nil : queue
+    }
+
+    /// Whether cancelling this operation may call user code before the
+    /// operation is cancelled: an overridden `cancel()` or `isFinished`, or
+    /// observers. (Cancellation handlers run afterwards.)
+    final var cancellationMayRunUserCode: Bool {
+        overrides(.cancel) || overrides(.isFinished) || loadState().isObserved
     }
 
     /// What follows from a cancellation, taken under the lock of the step

@@ -164,7 +164,10 @@ open class Operation: @unchecked Sendable {
     /// one that has waited 20 ms (the observers may be blocked on something
     /// the caller holds). Such a call sets the flag itself, before the
     /// announcing call's "did change"; an observer not yet told "will
-    /// change" then reads the old value as true. A cancellation that lands
+    /// change" then reads the old value as true. The operation's queue
+    /// hears of the change before the observers' "did change", so an
+    /// observer may wait for a cancelled queued operation to finish (its
+    /// queue retires it). A cancellation that lands
     /// while the operation starts, after the start announced `isExecuting`,
     /// does not stop the body (as in Foundation, whose start reads
     /// `isCancelled` once); and one that announced `isCancelled` sets it even

@@ -394,12 +394,17 @@ struct OperationState: Equatable, Sendable, CustomStringConvertible {
     /// announces the change when its observers have heard "will change".
     /// What follows from the change is this call's (`changed`); that call's
     /// `completeCancel` then reports nothing changed.
+    ///
+    /// If the operation finished meanwhile, the flag is set all the same
+    /// (the announcing call sets it too, as `completeCancel` does), so that
+    /// this call also returns with the operation cancelled (probe 34);
+    /// nothing else follows from it.
     mutating func forceCancel(baseFinishCounts: Bool) -> CancelOutcome {
         let finished = isFinished || (baseFinishCounts && isBaseFinished)
         let wasReady = isBaseReady
-        guard !isCancelled, !finished else { return CancelOutcome(changed: false, wasReady: wasReady) }
+        let changed = !isCancelled && !finished
         raw |= Self.cancelledBit
-        return CancelOutcome(changed: true, wasReady: wasReady)
+        return CancelOutcome(changed: changed, wasReady: wasReady)
     }
 
     /// A `cancel()` call is announcing `isCancelled` (and has not completed:

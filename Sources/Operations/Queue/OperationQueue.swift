@@ -401,6 +401,14 @@ open class OperationQueue: @unchecked Sendable {
         var batch: [Operation] = []
         batch.reserveCapacity(min(snapshot.count, Self.cancelBatchSize))
         for operation in snapshot {
+            // The queue hears of the batch before user code runs (an
+            // overridden `cancel()` or `isFinished`, observers): it may
+            // wait for an operation cancelled earlier in the batch to
+            // finish, which its queue must retire first (probe 34).
+            if !batch.isEmpty, operation.cancellationMayRunUserCode {
+                membersReadinessMayHaveChanged(batch)
+                batch.removeAll(keepingCapacity: true)
+            }
             if operation.overrides(.cancel) {
                 operation.cancel()
                 continue

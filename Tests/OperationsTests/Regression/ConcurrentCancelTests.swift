@@ -191,6 +191,48 @@ struct ConcurrentCancelTests {
         withExtendedLifetime(token) {}
     }
 
+    @Test("an observer of a cancellation in cancelAllOperations() can wait for an operation the same call cancelled earlier")
+    func observerWaitsForAnEarlierCancelledOperation() {
+        let queue = makeQueue("batch-news")
+        let blocker = BlockOperation {}
+        let first = BlockOperation {}
+        let second = BlockOperation {}
+        first.addDependency(blocker)
+        second.addDependency(blocker)
+        let firstFinished = Atomic<Int>(0)
+        let token = second.observe(\.isCancelled, options: [.prior]) { _, change in
+            // `first` was cancelled just before; its queue retires it only
+            // once told, which the call used to do after the whole batch.
+            if change.isPrior, first.waitUntilFinished(timeout: patience) {
+                firstFinished.add(1, ordering: .acquiringAndReleasing)
+            }
+        }
+        queue.addOperations([first, second], waitUntilFinished: false)
+        queue.cancelAllOperations()
+        #expect(firstFinished.load(ordering: .acquiring) == 1, "the observer's wait for the operation cancelled before timed out")
+        #expect(queue.waitUntilAllOperationsAreFinished(timeout: patience))
+        withExtendedLifetime((token, blocker)) {}
+    }
+
+    @Test("an isCancelled observer can wait for the cancelled operation to finish in its queue")
+    func observerWaitsForTheCancelledOperation() {
+        let queue = makeQueue("did-news")
+        let blocker = BlockOperation {}
+        let operation = BlockOperation {}
+        operation.addDependency(blocker)
+        let finishedInObserver = Atomic<Int>(0)
+        let token = operation.observe(\.isCancelled, options: [.new]) { operation, change in
+            if change.newValue == true, operation.waitUntilFinished(timeout: patience) {
+                finishedInObserver.add(1, ordering: .acquiringAndReleasing)
+            }
+        }
+        queue.addOperation(operation)
+        operation.cancel()
+        #expect(finishedInObserver.load(ordering: .acquiring) == 1, "the queue heard of the cancellation only after the observers")
+        #expect(queue.waitUntilAllOperationsAreFinished(timeout: patience))
+        withExtendedLifetime((token, blocker)) {}
+    }
+
     @Test("two threads cancelling an observed operation at once: one isCancelled change per operation (2,000 rounds)")
     func racingCancels() {
         let duplicated = Counter()
@@ -236,6 +278,22 @@ struct CancelAnnouncementStateTests {
         #expect(awaited)
         #expect(state.isCancelled && !state.isCancelAnnouncing)
         #expect(state.beginCancel(baseFinishCounts: true) == .nothing)
+        #expect(state.checkInvariants() == nil)
+    }
+
+    @Test("a call that cannot wait sets the flag even if the operation finished meanwhile, and nothing follows; the announcer then reports no change")
+    func forcedAfterFinish() {
+        var state = OperationState()
+        state.isObserved = true
+        _ = state.beginCancel(baseFinishCounts: true)
+        #expect(state.beginCancel(baseFinishCounts: true) == .awaitAnnouncement)
+        #expect(state.beginBaseStart(announcedRun: false) == .run)
+        _ = state.finishBody()
+        let forced = state.forceCancel(baseFinishCounts: true)
+        #expect(!forced.changed)
+        #expect(state.isCancelled, "the forced call returned with isCancelled false")
+        let (outcome, awaited) = state.completeCancel(baseFinishCounts: true)
+        #expect(!outcome.changed && awaited)
         #expect(state.checkInvariants() == nil)
     }
 
