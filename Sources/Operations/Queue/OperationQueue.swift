@@ -441,8 +441,11 @@ open class OperationQueue: @unchecked Sendable {
     /// Waiting from inside one of the queue's own operations can never end
     /// and is a misuse (``OperationMisuse/Code/waitDeadlock``); so is any
     /// wait that a cycle of waits through other threads would block forever.
-    /// From inside a completion block or observer of one of its operations,
-    /// it waits for every other operation. On the main thread, waiting for
+    /// From inside the completion block of one of its operations, or an
+    /// observer of that operation's finish, it waits for every other
+    /// operation. An observer of another change (a cancellation being
+    /// announced, say) waits for that operation too, which cannot finish
+    /// before the observer returns: use a timeout there. On the main thread, waiting for
     /// ``OperationQueue/main`` runs its operations on this thread. The
     /// queue's own observers (of `operationCount`, say) may still be hearing
     /// the last change when it returns.
