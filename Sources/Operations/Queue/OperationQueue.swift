@@ -445,10 +445,10 @@ open class OperationQueue: @unchecked Sendable {
     /// observer of that operation's finish, it waits for every other
     /// operation. An observer of another change (a cancellation being
     /// announced, say) waits for that operation too, which cannot finish
-    /// before the observer returns: use a timeout there. On the main thread, waiting for
-    /// ``OperationQueue/main`` runs its operations on this thread. The
-    /// queue's own observers (of `operationCount`, say) may still be hearing
-    /// the last change when it returns.
+    /// before the observer returns: use a timeout there. On the main
+    /// thread, waiting for ``OperationQueue/main`` runs its operations on
+    /// this thread. The queue's own observers (of `operationCount`, say) may
+    /// still be hearing the last change when it returns.
     @available(*, noasync, message: "Blocks a thread; in async code use `await queue.drained()`.")
     open func waitUntilAllOperationsAreFinished() {
         waitUntilIdle(deadline: nil)

@@ -118,13 +118,6 @@ final class WaitSignal: @unchecked Sendable {
         pthread_cond_broadcast(condition)
     }
 
-    /// Waits once for a broadcast, until `deadline` at the latest; it may
-    /// return earlier, so callers re-check their condition. The mutex is
-    /// held (`withMutex`), and released meanwhile.
-    func waitLocked(until deadline: Deadline) {
-        timedWait(until: deadline)
-    }
-
     /// Waits until `signal()` has been called, or until `deadline` passes.
     /// Returns `true` when signalled. Consumes the signal.
     @discardableResult
@@ -134,7 +127,7 @@ final class WaitSignal: @unchecked Sendable {
         while !signalled {
             if let deadline {
                 if deadline.hasPassed() { return false }
-                timedWait(until: deadline)
+                waitLocked(until: deadline)
             } else {
                 pthread_cond_wait(condition, mutex)
             }
@@ -143,9 +136,10 @@ final class WaitSignal: @unchecked Sendable {
         return true
     }
 
-    /// One wait on the condition variable, until `deadline` at the latest
-    /// (it may return earlier: callers re-check). The mutex is held.
-    private func timedWait(until deadline: Deadline) {
+    /// Waits once for a signal or broadcast, until `deadline` at the
+    /// latest; it may return earlier, so callers re-check their condition.
+    /// The mutex is held (`withMutex`), and released meanwhile.
+    func waitLocked(until deadline: Deadline) {
         #if os(Linux) || os(Android) || os(FreeBSD)
         // The condition variable measures CLOCK_MONOTONIC (see init).
         var spec = timespec(
