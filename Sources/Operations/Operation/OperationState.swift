@@ -356,8 +356,7 @@ struct OperationState: Equatable, Sendable, CustomStringConvertible {
     /// finished reads finished, and is not cancelled, although its finish is
     /// still being carried out (probe 27).
     mutating func beginCancel(baseFinishCounts: Bool) -> CancelStart {
-        let finished = isFinished || (baseFinishCounts && isBaseFinished)
-        guard !isCancelled, !finished else { return .nothing }
+        guard !isCancelled, !readsFinished(baseFinishCounts: baseFinishCounts) else { return .nothing }
         if isCancelAnnouncing {
             raw |= Self.cancelAwaitedBit
             return .awaitAnnouncement
@@ -382,11 +381,7 @@ struct OperationState: Equatable, Sendable, CustomStringConvertible {
     mutating func completeCancel(baseFinishCounts: Bool) -> (outcome: CancelOutcome, awaited: Bool) {
         let awaited = raw & Self.cancelAwaitedBit != 0
         raw &= ~(Self.cancelAnnouncingBit | Self.cancelAwaitedBit)
-        let finished = isFinished || (baseFinishCounts && isBaseFinished)
-        let wasReady = isBaseReady
-        let changed = !isCancelled && !finished
-        raw |= Self.cancelledBit
-        return (CancelOutcome(changed: changed, wasReady: wasReady), awaited)
+        return (setCancelledFlag(baseFinishCounts: baseFinishCounts), awaited)
     }
 
     /// A call that found another one announcing `isCancelled` and cannot
@@ -400,11 +395,22 @@ struct OperationState: Equatable, Sendable, CustomStringConvertible {
     /// this call also returns with the operation cancelled (probe 34);
     /// nothing else follows from it.
     mutating func forceCancel(baseFinishCounts: Bool) -> CancelOutcome {
-        let finished = isFinished || (baseFinishCounts && isBaseFinished)
+        setCancelledFlag(baseFinishCounts: baseFinishCounts)
+    }
+
+    /// Sets the flag that a cancellation announced (or a waiting call
+    /// stands in for), finished or not; `changed` only if it was neither.
+    private mutating func setCancelledFlag(baseFinishCounts: Bool) -> CancelOutcome {
+        let changed = !isCancelled && !readsFinished(baseFinishCounts: baseFinishCounts)
         let wasReady = isBaseReady
-        let changed = !isCancelled && !finished
         raw |= Self.cancelledBit
         return CancelOutcome(changed: changed, wasReady: wasReady)
+    }
+
+    /// Finished as `cancel()` sees it: the outcome, or, for a class that
+    /// reports the base state as `isFinished`, the base state.
+    private func readsFinished(baseFinishCounts: Bool) -> Bool {
+        isFinished || (baseFinishCounts && isBaseFinished)
     }
 
     /// A `cancel()` call is announcing `isCancelled` (and has not completed:
