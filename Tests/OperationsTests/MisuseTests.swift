@@ -7,28 +7,7 @@ import Synchronization
 import Testing
 @testable import Operations
 
-/// Expects exactly one misuse with `code` whose message names `subject`.
-private func expectSingle(
-    _ reported: [OperationMisuse],
-    _ code: OperationMisuse.Code,
-    naming subject: String,
-    sourceLocation: SourceLocation = #_sourceLocation
-) {
-    #expect(reported.map(\.code) == [code], "\(reported.map(\.message))", sourceLocation: sourceLocation)
-    if let misuse = reported.first {
-        #expect(misuse.message.contains(subject), "message does not name \(subject): \(misuse.message)", sourceLocation: sourceLocation)
-        #expect(misuse.message.contains(code.rawValue), sourceLocation: sourceLocation)
-        #expect(!misuse.subject.isEmpty, sourceLocation: sourceLocation)
-    }
-}
-
 private final class LateBlockMarker: Sendable {}
-
-private func named(_ name: String, _ block: @escaping @Sendable () -> Void = {}) -> BlockOperation {
-    let op = BlockOperation(block: block)
-    op.name = name
-    return op
-}
 
 @Suite("Misuse on the calling thread")
 struct MisuseTests {
@@ -37,8 +16,8 @@ struct MisuseTests {
     @Test("start() on an operation that is not ready")
     func startNotReady() {
         let ran = Counter()
-        let dependency = named("dependency")
-        let op = named("not-ready") { ran.increment() }
+        let dependency = namedOperation("dependency")
+        let op = namedOperation("not-ready") { ran.increment() }
         op.addDependency(dependency)
         let reported = misuses { op.start() }
         expectSingle(reported, .startNotReady, naming: "\"not-ready\"")
@@ -53,7 +32,7 @@ struct MisuseTests {
     @Test("start() twice: after it finished")
     func startAfterFinished() {
         let ran = Counter()
-        let op = named("twice") { ran.increment() }
+        let op = namedOperation("twice") { ran.increment() }
         op.start()
         let reported = misuses { op.start() }
         expectSingle(reported, .startAfterFinished, naming: "\"twice\"")
@@ -63,7 +42,7 @@ struct MisuseTests {
 
     @Test("start() on a cancelled, finished operation")
     func startAfterCancelledFinish() {
-        let op = named("cancelled-twice")
+        let op = namedOperation("cancelled-twice")
         op.cancel()
         op.start()
         let reported = misuses { op.start() }
@@ -92,7 +71,7 @@ struct MisuseTests {
         let ran = Counter()
         let queue = makeQueue("owner")
         queue.isSuspended = true
-        let op = named("queued") { ran.increment() }
+        let op = namedOperation("queued") { ran.increment() }
         queue.addOperation(op)
         let reported = misuses { op.start() }
         expectSingle(reported, .startOwnedByQueue, naming: "\"queued\"")
@@ -108,7 +87,7 @@ struct MisuseTests {
 
     @Test("completion block set after the operation finished: reported, refused, released at once")
     func completionBlockAfterFinish() {
-        let op = named("late-completion")
+        let op = namedOperation("late-completion")
         op.start()
         let calls = Counter()
         let tracker = LifetimeTracker()
@@ -199,7 +178,7 @@ struct MisuseTests {
 
     @Test("addExecutionBlock after the operation started")
     func executionBlockAfterStart() {
-        let op = named("late-block")
+        let op = namedOperation("late-block")
         op.start()
         let ran = Counter()
         let reported = misuses { op.addExecutionBlock { ran.increment() } }
@@ -233,7 +212,7 @@ struct MisuseTests {
         let first = makeQueue("first-owner")
         let second = makeQueue("second-owner")
         first.isSuspended = true
-        let op = named("shared") { ran.increment() }
+        let op = namedOperation("shared") { ran.increment() }
         first.addOperation(op)
         let reported = misuses { second.addOperation(op) }
         expectSingle(reported, .alreadyInQueue, naming: "\"shared\"")
@@ -250,7 +229,7 @@ struct MisuseTests {
         let ran = Counter()
         let queue = makeQueue("twice")
         queue.isSuspended = true
-        let op = named("added-twice") { ran.increment() }
+        let op = namedOperation("added-twice") { ran.increment() }
         queue.addOperation(op)
         let reported = misuses { queue.addOperation(op) }
         expectSingle(reported, .alreadyInQueue, naming: "\"added-twice\"")
@@ -265,7 +244,7 @@ struct MisuseTests {
     @Test("adding a finished operation")
     func addAfterFinished() {
         let ran = Counter()
-        let op = named("finished") { ran.increment() }
+        let op = namedOperation("finished") { ran.increment() }
         op.start()
         let queue = makeQueue("after-finish")
         let reported = misuses { queue.addOperation(op) }
@@ -279,7 +258,7 @@ struct MisuseTests {
     func addAfterFinishedInAnotherQueue() {
         let ran = Counter()
         let first = makeQueue("ran-here")
-        let op = named("finished-elsewhere") { ran.increment() }
+        let op = namedOperation("finished-elsewhere") { ran.increment() }
         first.addOperation(op)
         #expect(first.waitUntilAllOperationsAreFinished(timeout: patience))
         let second = makeQueue("second-home")
@@ -306,9 +285,9 @@ struct MisuseTests {
     @Test("the same operation twice in one addOperations call: the others are still added")
     func duplicateInBatch() {
         let log = Recorder<String>()
-        let a = named("a") { log.record("a") }
-        let b = named("b") { log.record("b") }
-        let c = named("c") { log.record("c") }
+        let a = namedOperation("a") { log.record("a") }
+        let b = namedOperation("b") { log.record("b") }
+        let c = namedOperation("c") { log.record("c") }
         let queue = makeQueue("batch", width: 1)
         queue.isSuspended = true
         let reported = misuses { queue.addOperations([a, b, a, c], waitUntilFinished: false) }
@@ -323,8 +302,8 @@ struct MisuseTests {
     @Test("addOperations with a duplicate and waitUntilFinished still waits for the accepted ones")
     func duplicateInBatchWaits() {
         let log = Recorder<String>()
-        let a = named("wait-a") { log.record("a") }
-        let b = named("wait-b") { log.record("b") }
+        let a = namedOperation("wait-a") { log.record("a") }
+        let b = namedOperation("wait-b") { log.record("b") }
         let queue = makeQueue("batch-wait")
         let reported = misuses { queue.addOperations([a, a, b], waitUntilFinished: true) }
         expectSingle(reported, .duplicateInBatch, naming: "\"wait-a\"")
@@ -339,10 +318,10 @@ struct MisuseTests {
         let otherGate = Gate(), bStarted = Gate(), bGate = Gate(), returned = Gate(), helperDone = Gate()
         let otherQueue = makeQueue("elsewhere")
         // Longer than the helper's own wait, so that only the helper ends it.
-        let other = named("other") { otherGate.wait(timeout: patience * 6) }
+        let other = namedOperation("other") { otherGate.wait(timeout: patience * 6) }
         otherQueue.addOperation(other)
-        let a = named("accepted-a")
-        let b = named("accepted-b") {
+        let a = namedOperation("accepted-a")
+        let b = namedOperation("accepted-b") {
             bStarted.open()
             bGate.wait()
         }
@@ -382,7 +361,7 @@ struct MisuseTests {
 
     @Test("threadPriority = 1.5")
     func invalidThreadPriority() {
-        let op = named("bad-priority")
+        let op = namedOperation("bad-priority")
         let reported = misuses { op.threadPriority = 1.5 }
         expectSingle(reported, .invalidThreadPriority, naming: "\"bad-priority\"")
         #expect(op.threadPriority == 0.5)
@@ -431,188 +410,6 @@ struct MisuseTests {
         unrelatedWorkStillRuns()
     }
 
-    // MARK: Dependency cycles
-
-    @Test("with cycle reporting on, a two-operation cycle A→B→A is refused and names both")
-    func twoOperationCycle() {
-        let log = Recorder<String>()
-        let a = named("cycle-A") { log.record("A") }
-        let b = named("cycle-B") { log.record("B") }
-        a.addDependency(b)
-        let reported = OperationMisuse.withDependencyCycleReporting { misuses { b.addDependency(a) } }
-        expectSingle(reported, .dependencyCycle, naming: "\"cycle-B\"")
-        #expect(reported.first?.message.contains("\"cycle-A\"") == true)
-        #expect(b.dependencies.isEmpty)
-        #expect(b.isReady)
-        let queue = makeQueue("after-cycle")
-        queue.addOperations([a, b], waitUntilFinished: false)
-        #expect(queue.waitUntilAllOperationsAreFinished(timeout: patience))
-        #expect(log.events == ["B", "A"])
-        unrelatedWorkStillRuns()
-    }
-
-    @Test("with cycle reporting on, two threads adding A→B and B→A at once never both succeed (regression)")
-    func concurrentCheckedEditsCannotCloseACycle() async {
-        // Both adds run in tasks that inherit the reporting scope and the
-        // recording handler; they start together, so that before the fix
-        // both could pass the check before either added its edge.
-        var closed = 0
-        var reportedTotal = 0
-        for _ in 0..<3_000 {
-            let a = BlockOperation {}
-            let b = BlockOperation {}
-            let reported = Counter()
-            let arrived = Counter()
-            let tasks = OperationMisuse.withHandler({ _ in reported.increment() }) {
-                OperationMisuse.withDependencyCycleReporting {
-                    [(a, b), (b, a)].map { pair in
-                        Task {
-                            arrived.increment()
-                            // Bounded spin until both tasks run.
-                            var spins = 0
-                            while arrived.count < 2, spins < 100_000 { spins += 1 }
-                            pair.0.addDependency(pair.1)
-                        }
-                    }
-                }
-            }
-            for task in tasks { await task.value }
-            if a.dependencies.count == 1, b.dependencies.count == 1 { closed += 1 }
-            reportedTotal += reported.count
-        }
-        #expect(closed == 0, "\(closed) cycles were closed without a report")
-        #expect(reportedTotal == 3_000, "one of each pair of adds is refused and reported")
-    }
-
-    @Test("with cycle reporting on, an edge that cannot hold anything back closes no cycle: from a running, a cancelled or a finished operation, or a self-dependency of one (regression: probe 24)")
-    func edgesThatDoNotCountCloseNoCycle() {
-        // From a running operation (its new dependencies have no effect, as in Foundation).
-        let release = Gate()
-        let entered = Gate()
-        let running = named("nocount-running") {
-            entered.open()
-            _ = release.wait(timeout: patience)
-        }
-        let waiting = named("nocount-waiting")
-        waiting.addDependency(running)
-        spawnThread { running.start() }
-        #expect(entered.wait(timeout: patience))
-        let fromRunning = OperationMisuse.withDependencyCycleReporting { misuses { running.addDependency(waiting) } }
-        #expect(fromRunning.isEmpty, "\(fromRunning.map(\.message))")
-        #expect(running.dependencies.count == 1, "the edge is added")
-        // A self-dependency of the running operation.
-        let selfWhileRunning = OperationMisuse.withDependencyCycleReporting { misuses { running.addDependency(running) } }
-        #expect(selfWhileRunning.isEmpty, "\(selfWhileRunning.map(\.message))")
-        release.open()
-        #expect(running.waitUntilFinished(timeout: patience))
-        // From a cancelled operation: it is ready whatever it depends on.
-        let cancelled = named("nocount-cancelled")
-        let dependent = named("nocount-dependent")
-        cancelled.cancel()
-        dependent.addDependency(cancelled)
-        let fromCancelled = OperationMisuse.withDependencyCycleReporting { misuses { cancelled.addDependency(dependent) } }
-        #expect(fromCancelled.isEmpty, "\(fromCancelled.map(\.message))")
-        #expect(cancelled.isReady)
-        // A self-dependency of a finished operation.
-        let finished = named("nocount-finished")
-        finished.start()
-        let selfWhenFinished = OperationMisuse.withDependencyCycleReporting { misuses { finished.addDependency(finished) } }
-        #expect(selfWhenFinished.isEmpty, "\(selfWhenFinished.map(\.message))")
-        // A pending self-dependency still counts, and is still reported.
-        let pending = named("nocount-pending")
-        let selfPending = OperationMisuse.withDependencyCycleReporting { misuses { pending.addDependency(pending) } }
-        expectSingle(selfPending, .dependencyCycle, naming: "\"nocount-pending\"")
-    }
-
-    @Test("with cycle reporting on, a longer cycle A→B→C→D→A is refused and names every operation on it")
-    func longerCycle() {
-        let ops = ["A", "B", "C", "D"].map { named("long-\($0)") }
-        ops[0].addDependency(ops[1])
-        ops[1].addDependency(ops[2])
-        ops[2].addDependency(ops[3])
-        let reported = OperationMisuse.withDependencyCycleReporting { misuses { ops[3].addDependency(ops[0]) } }
-        expectSingle(reported, .dependencyCycle, naming: "\"long-D\"")
-        for name in ["A", "B", "C", "D"] {
-            #expect(reported.first?.message.contains("\"long-\(name)\"") == true, "the message does not name long-\(name)")
-        }
-        #expect(ops[3].dependencies.isEmpty)
-        let queue = makeQueue("after-long-cycle")
-        queue.addOperations(ops, waitUntilFinished: false)
-        #expect(queue.waitUntilAllOperationsAreFinished(timeout: patience))
-        unrelatedWorkStillRuns()
-    }
-
-    @Test("with cycle reporting on, an operation made its own dependency is refused")
-    func selfDependency() {
-        let op = named("self-dependent")
-        let reported = OperationMisuse.withDependencyCycleReporting { misuses { op.addDependency(op) } }
-        expectSingle(reported, .dependencyCycle, naming: "\"self-dependent\"")
-        #expect(op.dependencies.isEmpty && op.isReady)
-        unrelatedWorkStillRuns()
-    }
-
-    @Test("by default a cycle is kept, as in Foundation: it never runs, diagnostics name it, cancelling a member breaks it")
-    func cycleKeptAndBroken() {
-        let log = Recorder<String>()
-        let a = named("kept-A") { log.record("A") }
-        let b = named("kept-B") { log.record("B") }
-        let c = named("kept-C") { log.record("C") }
-        let reported = misuses {
-            a.addDependency(b)
-            b.addDependency(c)
-            c.addDependency(a)
-        }
-        #expect(reported.isEmpty)
-        #expect(c.dependencies == [a])
-        #expect(!a.isReady && !b.isReady && !c.isReady)
-        let queue = makeQueue("kept-cycle")
-        queue.addOperations([a, b, c], waitUntilFinished: false)
-        #expect(!queue.waitUntilAllOperationsAreFinished(timeout: negativeWindow))
-        #expect(queue.operationCount == 3)
-        let report = queue.diagnostics()
-        #expect(report.cycles.count == 1)
-        #expect(report.contains("cycle:"))
-        for name in ["kept-A", "kept-B", "kept-C"] { #expect(report.contains(name)) }
-        c.cancel()
-        #expect(queue.waitUntilAllOperationsAreFinished(timeout: patience))
-        #expect(log.events == ["B", "A"])
-        #expect(c.isCancelled && c.isFinished)
-    }
-
-    @Test("by default a self-dependency is kept: the operation waits until cancelled, and is then released")
-    func selfDependencyKept() {
-        weak var released: Operation?
-        do {
-            let op = named("self-kept")
-            released = op
-            op.addDependency(op)
-            #expect(op.dependencies == [op])
-            #expect(!op.isReady)
-            let queue = makeQueue("self-kept")
-            queue.addOperation(op)
-            #expect(!queue.waitUntilAllOperationsAreFinished(timeout: negativeWindow))
-            op.cancel()
-            #expect(queue.waitUntilAllOperationsAreFinished(timeout: patience))
-            #expect(op.isFinished)
-        }
-        #expect(released == nil)
-    }
-
-    @Test("a diamond is not a cycle")
-    func diamondIsNotACycle() {
-        let top = named("top"), left = named("left"), right = named("right"), bottom = named("bottom")
-        let reported = misuses {
-            left.addDependency(top)
-            right.addDependency(top)
-            bottom.addDependency(left)
-            bottom.addDependency(right)
-        }
-        #expect(reported.isEmpty)
-        let queue = makeQueue("diamond")
-        queue.addOperations([bottom, right, left, top], waitUntilFinished: false)
-        #expect(queue.waitUntilAllOperationsAreFinished(timeout: patience))
-    }
-
     // MARK: Waits on the calling thread
 
     @Test("waiting for itself from inside its own main (started by hand)")
@@ -635,7 +432,7 @@ struct MisuseTests {
 
     @Test("waiting, inside a manually started operation, for an operation that depends on it")
     func waitForDependentManually() {
-        let dependent = named("dependent-of-waiter")
+        let dependent = namedOperation("dependent-of-waiter")
         let op = BlockOperation()
         op.name = "manual-waiter"
         dependent.addDependency(op)
