@@ -33,7 +33,13 @@ extension Operation {
     /// The base `start()`: called by hand, by a subclass's `super.start()`,
     /// or (for a class that overrides `start()`) through the queue's call.
     final func startByCall() {
-        let queueCall = loadState().isQueueStart
+        let snapshot = loadState()
+        // Darwin's base `start()` simply returns for an operation its class
+        // already finished (OTCore: `if isCancelled { completeOperation() };
+        // super.start()`, also when its queue made the call: the finish
+        // consumed the queue's mark). Not a start, and not a misuse.
+        if snapshot.finishedWithoutBaseStart { return }
+        let queueCall = snapshot.isQueueStart
         if !queueCall { captureContextIfNeeded() }
         if !queueCall, TraceRecorder.isActive {
             let time = monotonicNanoseconds()
@@ -127,6 +133,9 @@ extension Operation {
             return bodyDidFinish(wasExecuting: false, announced: observed)
         case .alreadyExecuting, .alreadyFinished:
             if observed { notifyDidChange(predicted) }
+            // The class finished it meanwhile, before any base start: the
+            // call returns, as above (`startByCall`).
+            if case .alreadyFinished = decision, loadState().finishedWithoutBaseStart { return nil }
             let refusal = startRefusal(loadState()) ?? (.startWhileExecuting, "was started twice; the other call is already running it.")
             OperationMisuse.report(refusal.code, subject: .operation(self), refusal.detail)
             return nil

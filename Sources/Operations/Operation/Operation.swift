@@ -131,7 +131,11 @@ open class Operation: @unchecked Sendable {
     ///
     /// Misuse (starting an operation that is not ready, is executing, has
     /// finished, or belongs to a queue) is reported through
-    /// ``OperationMisuse``.
+    /// ``OperationMisuse``. One case is not a misuse: a class whose own
+    /// `start()` finishes the operation (its ``isFinished`` override
+    /// announced true, typically because it was cancelled) and then calls
+    /// `super.start()`. The base start has not run, and it returns at once,
+    /// as Darwin's does, whether the queue or your code made the call.
     open func start() {
         startByCall()
     }

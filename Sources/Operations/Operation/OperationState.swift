@@ -136,6 +136,14 @@ struct OperationState: Equatable, Sendable, CustomStringConvertible {
 
     /// The consequences of finishing have begun: terminal.
     var isFinished: Bool { raw & Self.finishedBit != 0 }
+    /// Finished by its class's own announcement (an overridden `isFinished`
+    /// read true) before the base `start()` ever ran: a class whose
+    /// `start()` finishes a cancelled operation and then calls
+    /// `super.start()`. The base `start()` then returns, as Darwin's does;
+    /// it is not a second start.
+    var finishedWithoutBaseStart: Bool {
+        isFinished && raw & (Self.baseExecutingBit | Self.baseFinishedBit) == 0
+    }
     /// Consequences done, waiters released.
     var isRetired: Bool { raw & Self.retiredBit != 0 }
 
