@@ -420,6 +420,57 @@ struct QueueTests {
         #expect(queue.waitUntilAllOperationsAreFinished(timeout: patience))
     }
 
+    @Test("on a serial underlying queue, a completion block does not hold the queue: the next operation starts while it waits (regression: probe 36)")
+    func underlyingQueueCompletionBlockDoesNotHoldIt() {
+        let dispatchQueue = DispatchQueue(label: "underlying-completion")
+        let queue = makeQueue("on-dispatch-completion")
+        queue.underlyingQueue = dispatchQueue
+        let nextStarted = Gate()
+        let sawNext = Box(false)
+        let completed = Gate()
+        let first = BlockOperation {}
+        first.completionBlock = {
+            // Before the fix the completion block ran on the dispatch queue
+            // itself, so the next operation could not start until it returned.
+            sawNext.value = nextStarted.wait(timeout: .seconds(2))
+            completed.open()
+        }
+        let next = BlockOperation { nextStarted.open() }
+        queue.addOperations([first, next], waitUntilFinished: false)
+        #expect(completed.wait())
+        #expect(sawNext.value, "the next operation did not start while the completion block ran")
+        #expect(queue.waitUntilAllOperationsAreFinished(timeout: patience))
+    }
+
+    @Test("on a serial underlying queue, a completion block that waits for a later operation of the queue is not a deadlock (regression: probe 36)")
+    func underlyingQueueCompletionBlockWaitsForLaterOperation() {
+        let queue = makeQueue("on-dispatch-completion-wait")
+        queue.underlyingQueue = DispatchQueue(label: "underlying-completion-wait")
+        let first = BlockOperation {}
+        let later = BlockOperation {}
+        later.addDependency(first)
+        let waited = Box(false)
+        let completed = Gate()
+        first.completionBlock = {
+            waited.value = later.waitUntilFinished(timeout: .seconds(2))
+            completed.open()
+        }
+        let finishedObserver = Recorder<Bool>()
+        let token = first.observe(\.isFinished, options: [.new]) { _, change in
+            // Observers are still told on the thread that finished it, the
+            // dispatch queue (as key-value observers are on Darwin).
+            finishedObserver.record(DispatchQueue.getSpecific(key: underlyingKey) == "underlying")
+            _ = change
+        }
+        defer { token.invalidate() }
+        queue.underlyingQueue?.setSpecific(key: underlyingKey, value: "underlying")
+        queue.addOperations([first, later], waitUntilFinished: false)
+        #expect(completed.wait())
+        #expect(waited.value)
+        #expect(queue.waitUntilAllOperationsAreFinished(timeout: patience))
+        #expect(finishedObserver.events == [true])
+    }
+
     // MARK: Lifetime
 
     @Test("a queue released while it holds gated work still runs everything, then queue, ops and closures are released")
@@ -453,3 +504,6 @@ struct QueueTests {
         #expect(alive.isEmpty, "still alive: \(alive)")
     }
 }
+
+/// Marks the dispatch queue under an `OperationQueue` in the tests above.
+private let underlyingKey = DispatchSpecificKey<String>()

@@ -38,6 +38,13 @@ extension OperationQueue {
         defer { context.queueReference = savedQueue }
         let pool = WorkerPool.shared
         let isObserved = observed.load(ordering: .relaxed)
+        // The loop runs on the `underlyingQueue` (a dispatch queue, perhaps
+        // serial): a completion block run here would hold it, so that no
+        // other operation of the queue could start until it returned, and
+        // one that waited for a later operation would wait forever (probe
+        // 36). Completion blocks go to the pool there, as on Darwin, where
+        // they run asynchronously; observers are still told on this thread.
+        let onDispatchQueue = worker == nil && kind == .pool
         // The plan of the operation the loop started, if it finished
         // synchronously, and those of the cancelled operations retired with
         // it: each still has to leave the queue (under the loop's next lock
@@ -185,14 +192,20 @@ extension OperationQueue {
                 }
                 if isObserved { notifyDidChange(Self.contentKeys) }
                 if let plan = own.take() {
-                    owedRetirements += 1
                     if keptSlot {
                         plan.announce()
                         releaseKeptSlot(of: plan.operation)
                     }
-                    // Moved, not copied: the plan holds the loop's only
-                    // reference when it wakes the operation's waiters.
-                    plan.complete(settle: false)
+                    if onDispatchQueue, plan.hasCompletionBlock {
+                        plan.announce()
+                        // Settled by the job itself (`memberRetired`).
+                        pool.submit(RetirementJob(plan), qos: queueQoS)
+                    } else {
+                        owedRetirements += 1
+                        // Moved, not copied: the plan holds the loop's only
+                        // reference when it wakes the operation's waiters.
+                        plan.complete(settle: false)
+                    }
                 }
             }
             effects.perform(on: self)

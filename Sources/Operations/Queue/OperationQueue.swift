@@ -265,6 +265,12 @@ open class OperationQueue: @unchecked Sendable {
     /// (``OperationMisuse/Code/underlyingQueueWhileBusy``), as in Foundation.
     /// ``OperationQueue/main`` reports `DispatchQueue.main`, as in
     /// Foundation, and its underlying queue cannot be changed.
+    ///
+    /// Operations start on the dispatch queue, and their observers are told
+    /// there; their completion blocks run on the shared pool, so that a
+    /// serial dispatch queue can start the next operation while a completion
+    /// block runs (or waits for it), as completion blocks run asynchronously
+    /// on Darwin.
     open var underlyingQueue: DispatchQueue? {
         get {
             if kind == .mainThread { return DispatchQueue.main }
@@ -516,6 +522,10 @@ open class OperationQueue: @unchecked Sendable {
         }
         return "<\(misuseSubject): \(count) operations, \(ready) ready, \(executing) executing\(suspended ? ", suspended" : "")>"
     }
+
+    /// The description for debugging, as Foundation's `NSObject` has it:
+    /// by default the same as ``description``.
+    open var debugDescription: String { description }
 }
 
 extension OperationQueue: Hashable {
@@ -528,7 +538,7 @@ extension OperationQueue: Hashable {
     }
 }
 
-extension OperationQueue: CustomStringConvertible {}
+extension OperationQueue: CustomStringConvertible, CustomDebugStringConvertible {}
 
 /// The progress of a queue's work: how many operations were added since the
 /// queue was last idle, and how many of them have finished.
