@@ -62,6 +62,16 @@ extension ObservedChange: CustomStringConvertible {
     }
 }
 
+/// Foundation's name for ``KeyValueObservation``, so that code that keeps
+/// its tokens as `[NSKeyValueObservation]` compiles unchanged. In a file
+/// that also imports Apple's Foundation, which has a type of that name,
+/// import this one by name (`import typealias Operations.NSKeyValueObservation`).
+public typealias NSKeyValueObservation = KeyValueObservation
+
+/// Foundation's name for ``ObservedChange``, the value a change handler
+/// receives.
+public typealias NSKeyValueObservedChange<Value> = ObservedChange<Value>
+
 /// A registered observation. It observes until ``invalidate()`` is called
 /// or the token is released, whichever comes first.
 ///

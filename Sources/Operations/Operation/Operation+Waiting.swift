@@ -8,6 +8,12 @@ extension Operation {
     /// untimed one). A wait with a deadline always ends, so it is never reported
     /// as ``OperationMisuse/Code/waitDeadlock``: if the operation can only
     /// finish after the caller, it returns false at the deadline.
+    ///
+    /// Foundation has no timed wait, and projects often add their own under
+    /// this name (OTCore's takes a `DispatchTimeInterval`). This one is the
+    /// disfavoured overload, so that a call such as `timeout: .seconds(1)`,
+    /// which both would accept, picks the project's own and still compiles.
+    @_disfavoredOverload
     @available(*, noasync, message: "Blocks a thread; in async code use `await operation.finished()`.")
     public func waitUntilFinished(timeout: Duration) -> Bool {
         performWait(deadline: Deadline(after: timeout))

@@ -475,6 +475,10 @@ open class Operation: @unchecked Sendable {
     open var description: String {
         "<\(misuseSubject): \(loadState())>"
     }
+
+    /// The description for debugging, as Foundation's `NSObject` has it:
+    /// by default the same as ``description``.
+    open var debugDescription: String { description }
 }
 
 extension Operation: Hashable {
@@ -487,7 +491,7 @@ extension Operation: Hashable {
     }
 }
 
-extension Operation: CustomStringConvertible {}
+extension Operation: CustomStringConvertible, CustomDebugStringConvertible {}
 
 /// The queue that owns an operation and the operation's rarely used storage
 /// (`OperationExtras`), in one word: the queue is stored here until the

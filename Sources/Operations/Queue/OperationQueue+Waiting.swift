@@ -10,6 +10,12 @@ extension OperationQueue {
     /// untimed one). A wait with a deadline always ends, so it is never reported
     /// as ``OperationMisuse/Code/waitDeadlock``: if the queue can only drain
     /// after the caller, it returns false at the deadline.
+    ///
+    /// Foundation has no timed wait, and projects often add their own under
+    /// this name (OTCore's takes a `DispatchTimeInterval`). This one is the
+    /// disfavoured overload, so that a call such as `timeout: .seconds(1)`,
+    /// which both would accept, picks the project's own and still compiles.
+    @_disfavoredOverload
     @available(*, noasync, message: "Blocks a thread; in async code use `await queue.drained()`.")
     public func waitUntilAllOperationsAreFinished(timeout: Duration) -> Bool {
         waitUntilIdle(deadline: Deadline(after: timeout))
