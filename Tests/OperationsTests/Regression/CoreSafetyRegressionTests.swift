@@ -148,7 +148,19 @@ func scenarioQueueKeptAliveDuringRetirement() {
         #expect(bFinished.wait(), "round \(round): finishing b did not return")
         #expect(a.isFinished && b.isFinished)
         tokens.removeAll()
-        #expect(waitUntil { queueReference.isReleased }, "round \(round): the queue outlived its operations")
+        let released = waitUntil { queueReference.isReleased }
+        // What held the queue, if something did: its own counts (a
+        // retirement never settled keeps its self-retain) or, with those at
+        // zero, a reference from elsewhere. Seen once in a TSan CI run and in
+        // 3 of about 250 local suite runs at stop 31 (none in 79 runs of the
+        // code before that stop's changes, which do not touch this path);
+        // not yet explained.
+        let holder = released ? "" : queueReference.object.map { queue in
+            queue.lock.withLock {
+                "count \(queue.state.count), retiring \(queue.state.retiring), self-retained \(queue.retainedSelf != nil), loops \(queue.state.loops)"
+            }
+        } ?? "released meanwhile"
+        #expect(released, "round \(round): the queue outlived its operations (\(holder); handler ran \(handlerRan.count) times)")
     }
 }
 
