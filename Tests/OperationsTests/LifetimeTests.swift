@@ -37,6 +37,38 @@ struct LifetimeTests {
         #expect(alive.isEmpty, "still alive: \(alive)")
     }
 
+    @Test("an AsyncOperation finished before its execute() ran keeps neither itself nor its queue alive")
+    func asyncOperationFinishedBeforeExecute() {
+        // finish() may come as soon as the operation reads executing, from
+        // any thread: here from its own isExecuting observer, which runs
+        // before execute(). The scope that execute() sets up (holding the
+        // operation and its queue for the tasks it creates) used to be kept
+        // after such a finish, never ended: the operation held itself and
+        // its queue forever (the rare "queue outlived its operations"
+        // failure of the defect-3 test).
+        let tracker = LifetimeTracker()
+        let executed = Gate()
+        let finished = Gate()
+        var token: KeyValueObservation?
+        do {
+            let queue = tracker.track(makeQueue("finish-before-execute"), "queue")
+            let operation = tracker.track(AsyncOperation { _ in executed.open() }, "operation")
+            token = operation.observe(\.isExecuting, options: [.new]) { operation, change in
+                if change.newValue == true { operation.finish() }
+            }
+            operation.completionBlock = { finished.open() }
+            queue.addOperation(operation)
+            #expect(finished.wait(), "the operation did not finish")
+            #expect(executed.wait(), "execute() did not run")
+            #expect(queue.waitUntilAllOperationsAreFinished(timeout: patience))
+            #expect(operation.isFinished && !operation.isExecuting)
+        }
+        token?.invalidate()
+        token = nil
+        let alive = tracker.waitForRelease()
+        #expect(alive.isEmpty, "still alive: \(alive)")
+    }
+
     @Test("operations captured by each other's completion blocks are released")
     func mutualCompletionCaptures() {
         let tracker = LifetimeTracker()

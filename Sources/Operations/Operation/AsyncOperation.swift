@@ -68,7 +68,18 @@ open class AsyncOperation: Operation, @unchecked Sendable {
     /// back by the pending limit, and `OperationQueue.current` is the queue.
     private func executeAsQueueWork() {
         let scope = BodyScope(operation: self, queue: ThreadContext.withCurrent { $0.queue })
-        withStateLock { _ in executeScope = scope }
+        // `finish()` may already have come: any thread may call it once the
+        // operation reads executing, which is before this runs (an
+        // `isExecuting` observer can). It found no scope to end, so this one
+        // is not kept; kept, it would hold the operation and its queue
+        // forever. Decided under the lock that `finish()` claims the end
+        // under, so one of the two always ends the scope.
+        let kept = withStateLock { state -> Bool in
+            guard !state.isBodyEndClaimed else { return false }
+            executeScope = scope
+            return true
+        }
+        if !kept { scope.end() }
         OperationTaskContext.$current.withValue(OperationTaskContext(scope: scope)) {
             execute()
         }

@@ -310,6 +310,10 @@ struct OperationState: Equatable, Sendable, CustomStringConvertible {
         return true
     }
 
+    /// Whether a caller claimed the end of the asynchronous body
+    /// (`claimBodyEnd`): `AsyncOperation.finish()` came.
+    var isBodyEndClaimed: Bool { raw & Self.bodyEndClaimedBit != 0 }
+
     /// The body returned (or an asynchronous body finished): base-finished.
     /// Returns false when the base state was already finished.
     mutating func finishBody() -> Bool {

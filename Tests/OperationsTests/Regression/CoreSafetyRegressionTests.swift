@@ -151,10 +151,10 @@ func scenarioQueueKeptAliveDuringRetirement() {
         let released = waitUntil { queueReference.isReleased }
         // What held the queue, if something did: its own counts (a
         // retirement never settled keeps its self-retain) or, with those at
-        // zero, a reference from elsewhere. Seen once in a TSan CI run and in
-        // 3 of about 250 local suite runs at stop 31 (none in 79 runs of the
-        // code before that stop's changes, which do not touch this path);
-        // not yet explained.
+        // zero, a reference from elsewhere. Failed in about 1% of suite runs
+        // until stop 32: a finish() that came before execute() stored its
+        // scope left that scope holding the operation and its queue
+        // (`LifetimeTests.asyncOperationFinishedBeforeExecute`).
         let holder = released ? "" : queueReference.object.map { queue in
             queue.lock.withLock {
                 "count \(queue.state.count), retiring \(queue.state.retiring), self-retained \(queue.retainedSelf != nil), loops \(queue.state.loops)"
