@@ -22,7 +22,7 @@ extension Operation {
     /// didChangeValue(for: \.isReady)
     /// ```
     public func willChangeValue<Value>(for keyPath: KeyPath<Operation, Value>) {
-        willChangeValue(forKey: KeyPathNames.key(for: keyPath, known: Operation.observationKey(for: keyPath)))
+        willChangeValue(forKey: Operation.announcementKey(for: keyPath))
     }
 
     /// Announces that the value at `keyPath` has changed: the key-path form
@@ -30,7 +30,7 @@ extension Operation {
     /// name (so `didChangeValue(for: \.isFinished)` finishes an operation
     /// whose `isFinished` getter now returns true, as the string form does).
     public func didChangeValue<Value>(for keyPath: KeyPath<Operation, Value>) {
-        didChangeValue(forKey: KeyPathNames.key(for: keyPath, known: Operation.observationKey(for: keyPath)))
+        didChangeValue(forKey: Operation.announcementKey(for: keyPath))
     }
 }
 
@@ -48,14 +48,14 @@ extension KeyValueObservable where Self: Operation {
     /// the value), but not those registered by a string key. Announce such
     /// a property with ``Operation/willChangeValue(forKey:)`` instead.
     public func willChangeValue<Value>(for keyPath: KeyPath<Self, Value>) {
-        willChangeValue(forKey: KeyPathNames.key(for: keyPath, known: Self.observationKey(for: keyPath)))
+        willChangeValue(forKey: Self.announcementKey(for: keyPath))
     }
 
     /// Announces that a subclass's own property at `keyPath` has changed:
     /// the key-path form of ``Operation/didChangeValue(forKey:)``. See
     /// the will-change form for how the key is named.
     public func didChangeValue<Value>(for keyPath: KeyPath<Self, Value>) {
-        didChangeValue(forKey: KeyPathNames.key(for: keyPath, known: Self.observationKey(for: keyPath)))
+        didChangeValue(forKey: Self.announcementKey(for: keyPath))
     }
 }
 
@@ -64,14 +64,14 @@ extension OperationQueue {
     /// key-path form of ``willChangeValue(forKey:)``, which it calls with the
     /// property's name.
     public func willChangeValue<Value>(for keyPath: KeyPath<OperationQueue, Value>) {
-        willChangeValue(forKey: KeyPathNames.key(for: keyPath, known: OperationQueue.observationKey(for: keyPath)))
+        willChangeValue(forKey: OperationQueue.announcementKey(for: keyPath))
     }
 
     /// Announces that the value at `keyPath` has changed: the key-path form
     /// of ``didChangeValue(forKey:)``, which it calls with the property's
     /// name.
     public func didChangeValue<Value>(for keyPath: KeyPath<OperationQueue, Value>) {
-        didChangeValue(forKey: KeyPathNames.key(for: keyPath, known: OperationQueue.observationKey(for: keyPath)))
+        didChangeValue(forKey: OperationQueue.announcementKey(for: keyPath))
     }
 }
 
@@ -81,13 +81,13 @@ extension KeyValueObservable where Self: OperationQueue {
     /// ``OperationQueue/willChangeValue(forKey:)``. Named as for an
     /// operation's own properties (a stored property by its declaration).
     public func willChangeValue<Value>(for keyPath: KeyPath<Self, Value>) {
-        willChangeValue(forKey: KeyPathNames.key(for: keyPath, known: Self.observationKey(for: keyPath)))
+        willChangeValue(forKey: Self.announcementKey(for: keyPath))
     }
 
     /// Announces that a subclass's own property at `keyPath` has changed:
     /// the key-path form of ``OperationQueue/didChangeValue(forKey:)``.
     public func didChangeValue<Value>(for keyPath: KeyPath<Self, Value>) {
-        didChangeValue(forKey: KeyPathNames.key(for: keyPath, known: Self.observationKey(for: keyPath)))
+        didChangeValue(forKey: Self.announcementKey(for: keyPath))
     }
 }
 

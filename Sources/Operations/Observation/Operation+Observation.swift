@@ -61,6 +61,13 @@ extension KeyValueObservable where Self: Operation {
         startObserving(self, key: key, options: options, read: { $0.valueForObservedKey(key) }, handler: changeHandler)
     }
 
+    /// The key an announcement for `keyPath` is made under: the library's
+    /// name for one of its own properties, else the name Swift reports
+    /// (``KeyPathNames``).
+    static func announcementKey<Value>(for keyPath: KeyPath<Self, Value>) -> String {
+        KeyPathNames.key(for: keyPath, known: observationKey(for: keyPath))
+    }
+
     /// The key a key path stands for, or nil for a key path the library
     /// cannot name (observed by re-evaluation).
     static func observationKey<Value>(for keyPath: KeyPath<Self, Value>) -> String? {

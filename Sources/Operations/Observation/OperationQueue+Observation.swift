@@ -46,6 +46,13 @@ extension KeyValueObservable where Self: OperationQueue {
         startObserving(self, key: key, options: options, read: { $0.valueForObservedKey(key) }, handler: changeHandler)
     }
 
+    /// The key an announcement for `keyPath` is made under: the library's
+    /// name for one of its own properties, else the name Swift reports
+    /// (``KeyPathNames``).
+    static func announcementKey<Value>(for keyPath: KeyPath<Self, Value>) -> String {
+        KeyPathNames.key(for: keyPath, known: observationKey(for: keyPath))
+    }
+
     static func observationKey<Value>(for keyPath: KeyPath<Self, Value>) -> String? {
         ObservedKeyNames.name(of: keyPath, in: Self.self) {
             [

@@ -192,12 +192,12 @@ extension OperationQueue {
                 }
                 if isObserved { notifyDidChange(Self.contentKeys) }
                 if let plan = own.take() {
-                    if keptSlot {
-                        plan.announce()
-                        releaseKeptSlot(of: plan.operation)
-                    }
-                    if onDispatchQueue, plan.hasCompletionBlock {
-                        plan.announce()
+                    // Observers are told here, before the kept slot is given
+                    // back or the completion block is handed to the pool.
+                    let offloads = onDispatchQueue && plan.hasCompletionBlock
+                    if keptSlot || offloads { plan.announce() }
+                    if keptSlot { releaseKeptSlot(of: plan.operation) }
+                    if offloads {
                         // Settled by the job itself (`memberRetired`).
                         pool.submit(RetirementJob(plan), qos: queueQoS)
                     } else {
