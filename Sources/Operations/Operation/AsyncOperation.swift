@@ -125,6 +125,10 @@ open class AsyncOperation: Operation, @unchecked Sendable {
     /// time or from an observer of the first call's change: one call ends
     /// the body and announces it. Calling it before the operation
     /// started is a misuse (``OperationMisuse/Code/finishBeforeStart``).
+    /// Once the operation reads executing, a call is valid even before
+    /// ``execute()`` has run (from an `isExecuting` observer, or another
+    /// thread): the operation finishes, and ``execute()`` still runs, as
+    /// the start began it.
     public final func finish() {
         let state = loadState()
         if !state.hasBaseStarted {
