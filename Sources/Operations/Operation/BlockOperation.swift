@@ -129,8 +129,10 @@ final class ConcurrentBlocks: @unchecked Sendable {
     private let unfinished: Atomic<Int>
     private let done = WaitSignal()
     private let operation: Operation
-    /// The queue running the operation, unretained: the operation is its
-    /// member until every block has run, which keeps the queue alive.
+    /// The queue the starting thread ran for, unretained. It is alive while
+    /// a block is unfinished (the operation, or the operation that started
+    /// it by hand, is still running in it), so a helper retains it once it
+    /// has claimed a block, and only then (see `helpOnPoolThread`).
     private let queue: Unmanaged<OperationQueue>?
 
     init(_ blocks: [@Sendable () -> Void], operation: Operation) {
@@ -166,25 +168,44 @@ final class ConcurrentBlocks: @unchecked Sendable {
     }
 
     private func helpOnPoolThread() {
+        // A block first: a helper that finds none left may run long after
+        // the operation finished and its queue was freed (the starting
+        // thread often runs every block itself). It touches neither, and
+        // binds no context (probe 38).
+        let first = claim()
+        guard first < count else { return }
+        // The claimed block has not run, so the operation has not finished
+        // and the queue is alive: retained here, it stays so until this
+        // helper has left it, after its last block (whose end may let the
+        // operation finish and the queue go).
+        let retained = queue?.retain()
+        defer { retained?.release() }
         ThreadContext.withCurrent { context in
             let saved = context.enter(operation, queue: queue)
             // The carried context is bound around every block, as around
             // `main()` on the starting thread: which thread claims a block
             // is scheduling, not something the block can see.
-            operation.withCarriedContext { runClaimedBlocks() }
+            operation.withCarriedContext { runClaimedBlocks(from: first) }
             context.leave(restoring: saved)
         }
     }
 
-    private func runClaimedBlocks() {
-        while true {
-            let index = nextIndex.add(1, ordering: .acquiringAndReleasing).oldValue
-            guard index < count else { return }
+    /// The index of the next unclaimed block (`count` or more: none left).
+    private func claim() -> Int {
+        nextIndex.add(1, ordering: .acquiringAndReleasing).oldValue
+    }
+
+    /// Runs the block at `index` (claimed by the caller, or claimed here
+    /// when nil), then claims and runs blocks until none are left.
+    private func runClaimedBlocks(from claimed: Int? = nil) {
+        var index = claimed ?? claim()
+        while index < count {
             // Moved out: released when this iteration ends, after it ran.
             if let block = (slots + index).move() { block() }
             if unfinished.subtract(1, ordering: .acquiringAndReleasing).newValue == 0 {
                 done.signal()
             }
+            index = claim()
         }
     }
 }

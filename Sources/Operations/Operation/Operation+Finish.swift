@@ -81,6 +81,10 @@ extension Operation {
         // operation finished; they may capture user values, so they are
         // released outside the lock (`discarded`).
         var discarded: [@Sendable () -> Void] = []
+        // The context carried into the body (its binders may capture the
+        // operation: kept, they would keep it alive; probe 38). No body
+        // runs after the finish; released outside the lock.
+        var droppedContext: CarriedContext?
         var droppedInputs = OperationList.empty
         var observedNow = false
         defer { becameObserved = observedNow }
@@ -118,6 +122,10 @@ extension Operation {
                     discarded = extras.cancellationHandlers
                     extras.cancellationHandlers = []
                 }
+                if extras.carriedContext != nil {
+                    droppedContext = extras.carriedContext
+                    extras.carriedContext = nil
+                }
             }
             let plan = FinishPlan(
                 operation: self,
@@ -133,6 +141,7 @@ extension Operation {
             return plan
         }
         withExtendedLifetime(discarded) {}
+        withExtendedLifetime(droppedContext) {}
         withExtendedLifetime(droppedInputs) {}
         if plan != nil, TraceRecorder.isActive { TraceRecorder.shared.record(.finished, self, queue: nil) }
         return plan

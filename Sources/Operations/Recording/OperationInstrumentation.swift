@@ -185,7 +185,9 @@ public enum OperationContextPropagation {
     /// Registers a carrier: `capture` runs in the adder's context with the
     /// operation being added and returns a binder for the value to carry, or
     /// nil. The binder runs around the operation's body (for example to bind
-    /// a task-local value, or to open a tracing span).
+    /// a task-local value, or to open a tracing span). The operation keeps
+    /// the binder until it finishes, then releases it, so a binder may
+    /// capture the operation.
     public static func register(_ capture: @escaping Capture) -> Token {
         let id = nextID.add(1, ordering: .relaxed).newValue
         carriers.withLock { $0.append((id, capture)) }

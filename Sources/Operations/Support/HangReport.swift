@@ -122,9 +122,15 @@ enum HangReport {
     /// is not cancelled within the threshold. Nil when reporting is off.
     static func watch(_ describe: @escaping @Sendable () -> HangDescription) -> HangWatch? {
         guard let threshold else { return nil }
-        let item = DispatchWorkItem { emit(describe(), threshold: threshold) }
-        watchQueue.asyncAfter(deadline: .now() + .nanoseconds(Int(clamping: threshold)), execute: item)
-        return HangWatch(item: item)
+        let watch = HangWatch(describe)
+        // The timer holds the watch, not what it describes: a cancelled
+        // watch has let go of `describe` (and the operation or queue it
+        // captures) already, however far off the deadline is (probe 38).
+        watchQueue.asyncAfter(deadline: .now() + .nanoseconds(Int(clamping: threshold))) {
+            guard let describe = watch.take() else { return }
+            emit(describe(), threshold: threshold)
+        }
+        return watch
     }
 
     private static let watchQueue = DispatchQueue(label: "operations.hang-report")
@@ -161,12 +167,25 @@ struct HangDescription {
 }
 
 /// A pending hang report for an `async` wait; cancel it when the wait ends.
-final class HangWatch: @unchecked Sendable {
-    // @unchecked Sendable: `item` is immutable, and `DispatchWorkItem.cancel()`
-    // is thread-safe (Dispatch documents work items as usable from any thread).
-    private let item: DispatchWorkItem
+final class HangWatch: Sendable {
+    /// What to report, until the report is made or the watch cancelled.
+    private let describe: LockedValue<(@Sendable () -> HangDescription)?>
 
-    init(item: DispatchWorkItem) { self.item = item }
+    init(_ describe: @escaping @Sendable () -> HangDescription) {
+        self.describe = LockedValue(describe)
+    }
 
-    func cancel() { item.cancel() }
+    /// Takes what to report, once: nil after a cancel or an earlier take.
+    func take() -> (@Sendable () -> HangDescription)? {
+        describe.withLock { current in
+            defer { current = nil }
+            return current
+        }
+    }
+
+    /// The wait ended: no report. What the report would have described is
+    /// released here, after unlocking.
+    func cancel() {
+        withExtendedLifetime(take()) {}
+    }
 }
