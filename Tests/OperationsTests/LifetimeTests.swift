@@ -69,6 +69,27 @@ struct LifetimeTests {
         #expect(alive.isEmpty, "still alive: \(alive)")
     }
 
+    @Test("a dependency cycle broken by a cancel, with one edge removed afterwards, is released (the documented pattern)")
+    func brokenCycleReleasedAfterRemovingAnEdge() {
+        let tracker = LifetimeTracker()
+        do {
+            let queue = tracker.track(makeQueue("broken-cycle"), "queue")
+            let ran = Counter()
+            let a = tracker.track(BlockOperation { ran.increment() }, "a")
+            let b = tracker.track(BlockOperation { ran.increment() }, "b")
+            a.addDependency(b)
+            b.addDependency(a)
+            queue.addOperations([a, b], waitUntilFinished: false)
+            b.cancel()
+            #expect(queue.waitUntilAllOperationsAreFinished(timeout: patience))
+            #expect(ran.count == 1, "a runs, b (cancelled) does not")
+            #expect(a.dependencies == [b] && b.dependencies == [a], "the edges are kept, as in Foundation")
+            b.removeDependency(a)
+        }
+        let alive = tracker.waitForRelease()
+        #expect(alive.isEmpty, "still alive: \(alive)")
+    }
+
     @Test("operations captured by each other's completion blocks are released")
     func mutualCompletionCaptures() {
         let tracker = LifetimeTracker()
