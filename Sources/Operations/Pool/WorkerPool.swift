@@ -342,13 +342,20 @@ final class WorkerPool: @unchecked Sendable {
             worker.activityEpoch &+= 1
             updateMirrorsLocked()
             // Spin briefly: a producer often submits again within microseconds,
-            // and a spinning worker saves it a wake-up.
+            // and a spinning worker saves it a wake-up. Without yielding:
+            // a thread that calls `sched_yield()` gives up the rest of its
+            // time slice, and under EEVDF (Linux 6.6 and later) it is then
+            // the first thread preempted when it wakes another. On a loaded
+            // machine the worker that took the next job stopped for a whole
+            // tick (4 ms) as soon as its operation signalled a waiting
+            // thread, before it could finish the operation: the waiter found
+            // the operation still in the queue (ports 38, Queuer's
+            // `operationCount` checks).
             spinning += 1
             lock.unlock()
             let spinUntil = monotonicNanoseconds() &+ spinNanoseconds
             while monotonicNanoseconds() < spinUntil {
                 if queuedJobCount.load(ordering: .relaxed) > 0, spareCapacity.load(ordering: .relaxed) > 0 { break }
-                sched_yield()
             }
             lock.lock()
             spinning -= 1

@@ -160,44 +160,75 @@ enum Platform {
         #endif
     }
 
-    /// Whether `threadBusyNanoseconds` works here: the calling thread's
-    /// figure must exist and be non-zero (a kernel without scheduler
-    /// statistics reports zeros, which would make every thread look asleep).
+    /// Whether `threadBusyNanoseconds` works here: the kernel keeps
+    /// scheduler statistics (see `schedstatKeepsStatistics`). A kernel that
+    /// keeps none reports zeros, which would make every thread look asleep.
     static let providesThreadBusyTime: Bool = {
-        #if os(Linux)
-        guard let busy = readBusyNanoseconds(path: "/proc/thread-self/schedstat") else { return false }
-        return busy > 0
-        #else
-        return false
-        #endif
+        guard let fields = callingThreadSchedstat else { return false }
+        return schedstatKeepsStatistics(fields)
     }()
+
+    /// The calling thread's schedstat line, or nil where there is none.
+    static var callingThreadSchedstat: Schedstat? {
+        #if os(Linux)
+        return readSchedstat(path: "/proc/thread-self/schedstat")
+        #else
+        return nil
+        #endif
+    }
+
+    /// Whether a thread's own schedstat line (run time, runqueue wait, time
+    /// slices) shows statistics being kept. The reading thread is running,
+    /// so it has had a time slice; its run time, though, is accounted
+    /// lazily, and a young thread reads `0 0 1`. Judging by the run time
+    /// alone turned the sleep-share rule off for the whole process whenever
+    /// the pool started on such a thread, and blocking operations then got
+    /// no more threads than processors (W10, three runs in four).
+    static func schedstatKeepsStatistics(_ fields: Schedstat) -> Bool {
+        fields.runNanoseconds > 0 || fields.waitNanoseconds > 0 || fields.timeslices > 0
+    }
+
+    /// The fields of a `/proc/…/schedstat` line.
+    struct Schedstat: Equatable {
+        var runNanoseconds: UInt64
+        var waitNanoseconds: UInt64
+        var timeslices: UInt64
+    }
+
+    /// Parses `"<run ns> <runqueue wait ns> <timeslices>\n"`; nil unless it
+    /// holds at least the first two numbers (a missing third reads 0).
+    static func parseSchedstat<Bytes: Collection<UInt8>>(_ bytes: Bytes) -> Schedstat? {
+        var fields: [UInt64] = [0, 0, 0]
+        var field = 0
+        var digits = 0
+        for byte in bytes {
+            if byte >= 0x30, byte <= 0x39 {
+                fields[field] = fields[field] &* 10 &+ UInt64(byte - 0x30)
+                digits += 1
+            } else if digits > 0 {
+                field += 1
+                digits = 0
+                if field == 3 { break }
+            }
+        }
+        if digits > 0 { field += 1 }
+        guard field >= 2 else { return nil }
+        return Schedstat(runNanoseconds: fields[0], waitNanoseconds: fields[1], timeslices: fields[2])
+    }
 
     #if os(Linux)
     private static func readBusyNanoseconds(path: String) -> UInt64? {
+        readSchedstat(path: path).map { $0.runNanoseconds &+ $0.waitNanoseconds }
+    }
+
+    private static func readSchedstat(path: String) -> Schedstat? {
         let descriptor = open(path, O_RDONLY)
         guard descriptor >= 0 else { return nil }
         defer { close(descriptor) }
-        return withUnsafeTemporaryAllocation(of: UInt8.self, capacity: 96) { buffer -> UInt64? in
+        return withUnsafeTemporaryAllocation(of: UInt8.self, capacity: 96) { buffer -> Schedstat? in
             let count = read(descriptor, buffer.baseAddress, 96)
             guard count > 0 else { return nil }
-            // Format: "<run ns> <runqueue wait ns> <timeslices>\n".
-            var fields: (UInt64, UInt64) = (0, 0)
-            var field = 0
-            var digits = 0
-            for index in 0..<count {
-                let byte = buffer[index]
-                if byte >= 0x30, byte <= 0x39 {
-                    let value = UInt64(byte - 0x30)
-                    if field == 0 { fields.0 = fields.0 &* 10 &+ value } else { fields.1 = fields.1 &* 10 &+ value }
-                    digits += 1
-                } else if digits > 0 {
-                    field += 1
-                    digits = 0
-                    if field == 2 { break }
-                }
-            }
-            guard field >= 2 || (field == 1 && digits > 0) else { return nil }
-            return fields.0 &+ fields.1
+            return parseSchedstat(UnsafeBufferPointer(rebasing: buffer[0..<count]))
         }
     }
     #endif
