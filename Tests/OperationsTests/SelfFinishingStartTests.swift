@@ -75,7 +75,17 @@ private func scenarioQueueStartsCancelledSelfFinishingOperations() {
     // Cancelled while waiting behind a running operation of a serial queue.
     let serial = makeQueue("self-finishing-serial", width: 1)
     let gate = Gate()
-    serial.addOperation { gate.wait() }
+    let gateRunning = Gate()
+    serial.addOperation {
+        gateRunning.open()
+        gate.wait()
+    }
+    // Running, so that it holds the queue's one slot: cancelled while still
+    // queued, it would leave at once with the rest, and the queue could
+    // start the operations behind it while `cancelAllOperations()` was
+    // still reaching them (one by one here: their class overrides
+    // `isFinished`), as on Darwin.
+    #expect(gateRunning.wait())
     let second = selfFinishingOperations(20, completions: completions)
     serial.addOperations(second, waitUntilFinished: false)
     serial.cancelAllOperations()
