@@ -69,7 +69,7 @@ struct LifetimeTests {
         #expect(alive.isEmpty, "still alive: \(alive)")
     }
 
-    @Test("a dependency cycle broken by a cancel, with one edge removed afterwards, is released (the documented pattern)")
+    @Test("a dependency cycle broken by a cancel, with one edge removed afterwards, is released")
     func brokenCycleReleasedAfterRemovingAnEdge() {
         let tracker = LifetimeTracker()
         do {

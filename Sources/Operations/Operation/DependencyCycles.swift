@@ -136,7 +136,9 @@ extension Operation {
     /// probe 10's fix, which kept only the edges that count).
     final func unfinishedDependencies(keepingAlive keepAlive: inout [[Operation]]) -> [Operation] {
         let (list, cancelled, countsSelf) = withStateLock { state in
-            (storedDependencies, state.isCancelled, state.hasSelfDependency)
+            // A finished operation waits for nothing, though it may still be
+            // in dependents lists (`isListedAhead`).
+            (storedDependencies, state.isCancelled || state.isFinished, state.hasSelfDependency)
         }
         let read = list.array
         keepAlive.append(read)

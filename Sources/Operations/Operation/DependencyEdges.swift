@@ -4,15 +4,19 @@
 // An edge `dependent → dependency` is stored twice:
 // - in the dependent's `storedDependencies`, retained (as in Foundation, an
 //   operation keeps its dependencies alive), for as long as the edge exists;
-// - in the dependency's `storedDependents`, unretained, only while the edge
+// - in the dependency's `storedDependents`, unretained, while the edge
 //   *counts*: the dependency has not finished and the dependent has not
 //   started. The dependent's unfinished-dependency count equals the number
-//   of dependents lists that hold it.
+//   of dependents lists that hold it. One exception: a dependent that
+//   finishes while the edge counts (cancelled, or started early by its
+//   class) stays listed until the dependency finishes, whose finish then
+//   checks whether the edge closed a cycle (`FinishedCycles.swift`).
 //
 // The rule: a dependent leaves every dependents list that holds it, under the
 // list owner's lock, before its memory can go away — when it finishes (step 2
 // of the retirement path, which comes before its queue lets go of it), when
-// a dependency is removed, and in `deinit` (for operations in no queue).
+// a dependency is removed, and in `deinit` (for operations in no queue, and
+// for one that stayed listed).
 // Therefore, while a dependency holds its own lock, every entry of its list
 // points to valid memory; `Operation.retainDependent` turns an entry into a
 // strong reference (or nil, for one being deallocated).
@@ -52,7 +56,7 @@ extension Operation {
         let observed = loadState().isObserved
         var keys: [String] = []
         if observed {
-            guard !withStateLock({ _ in storedDependencies.contains(dependency) }) else { return }
+            guard !withStateLock({ _ in storedDependencies.contains(dependency) || hasWeakDependencyLocked(dependency) }) else { return }
             let state = loadState()
             let mayBecomeUnready = state.isBaseReady && state.acceptsDependencies && !dependency.loadState().isFinished
                 && !getter.saysFinished
@@ -225,7 +229,7 @@ extension Operation {
         let observed = loadState().isObserved
         var keys: [String] = []
         if observed {
-            guard withStateLock({ _ in storedDependencies.contains(dependency) }) else { return }
+            guard withStateLock({ _ in storedDependencies.contains(dependency) || hasWeakDependencyLocked(dependency) }) else { return }
             let state = loadState()
             let mayBecomeReady = !state.isBaseReady && state.countsDependencies && state.unfinishedDependencies == 1
             keys = mayBecomeReady ? ["dependencies", "isReady"] : ["dependencies"]
@@ -253,7 +257,12 @@ extension Operation {
             }
         } else {
             Operation.withStateLocks(self, dependency) { state, _ in
-                guard storedDependencies.remove(dependency) else { return }
+                guard storedDependencies.remove(dependency) else {
+                    // An edge weakened when it closed a cycle of finished
+                    // operations (`FinishedCycles.swift`) counts for nothing.
+                    _ = removeWeakDependencyLocked(dependency)
+                    return
+                }
                 removed = dependency
                 detach(&state, counted: dependency.storedDependents.remove(self))
             }
@@ -282,14 +291,15 @@ extension Operation {
     ///   otherwise only this operation's list is sure to hold it.
     private func isDuplicateLocked(_ dependency: Operation, _ getter: DependencyGetter, state: OperationState, dependencyState: OperationState) -> Bool {
         let ownCount = storedDependencies.count
-        if ownCount == 0 { return false }
-        // The dependents list holds exactly the counted edges: not those a
-        // getter that overrides `isFinished` kept out, whatever it says now.
+        if ownCount == 0 { return state.isFinished && hasWeakDependencyLocked(dependency) }
+        // For an unfinished operation, the dependents list holds exactly its
+        // counted edges: not those a getter that overrides `isFinished` kept
+        // out, whatever it says now (finished dependents may be listed too).
         if dependency !== self, !dependencyState.isFinished, !getter.overrides, state.acceptsDependencies,
            dependency.storedDependents.count <= ownCount {
             return dependency.storedDependents.contains(self)
         }
-        return storedDependencies.contains(dependency)
+        return storedDependencies.contains(dependency) || (state.isFinished && hasWeakDependencyLocked(dependency))
     }
 
     // MARK: A dependency finished
@@ -302,12 +312,19 @@ extension Operation {
         case readyInCallerQueue
         /// The dependent became ready and belongs to this queue (retained).
         case ready(OperationQueue)
+        /// The dependent had already finished, ahead of this dependency: the
+        /// edge may close a cycle (`FinishedCycles.swift`).
+        case dependentFinished
     }
 
     /// One of this operation's counted dependencies finished.
     final func dependencyDidFinish(_ dependency: Operation, callerQueue: OperationQueue?) -> ReadinessNews {
         // Not the last one, and nothing watches: one compare-and-swap.
         if tryFastDependencyFinished() { return .none }
+        // It finished ahead of the dependency and stayed in its list
+        // (`isListedAhead`): there is nothing left to count, and the edge
+        // may close a cycle.
+        if loadState().isFinished { return .dependentFinished }
         // A failure policy cancels before the operation can become ready, so
         // that a queue never starts it.
         if loadState().hasFailurePolicy { applyFailurePolicy(after: [dependency]) }
@@ -377,6 +394,7 @@ extension Operation {
             case .none: nil
             case .readyInCallerQueue: callerQueue
             case .ready(let owner): owner
+            case .dependentFinished: nil
             }
             OperationInstrumentation.emit(.ready, self, queue: queue, at: readyAt.time)
         }
@@ -431,7 +449,8 @@ extension Operation {
     /// caller references the operation.
     private func takeEdgesForRelease() -> OperationList {
         var (dependencies, counted, errors) = withStateLock { state -> (OperationList, Bool, [any Error]) in
-            let counted = state.unfinishedDependencies > 0
+            // Still in dependents lists: counted, or left there at its finish.
+            let counted = state.unfinishedDependencies > 0 || state.isListedAhead
             state.clearDependencies()
             return (storedDependencies.take(), counted, extras?.takeErrors() ?? [])
         }

@@ -106,14 +106,22 @@ extension Operation {
             }
             let dependents = Operation.retainDependents(storedDependents.take())
             // Still registered with unfinished dependencies (it was cancelled,
-            // or its class let it start early): leave their lists before the
-            // queue lets go of this operation (see `DependentList`).
-            let registered = state.unfinishedDependencies > 0 ? storedDependencies : .empty
+            // or its class let it start early).
+            let counted = state.unfinishedDependencies > 0
             let dependsOnItself = state.hasSelfDependency || state.hasUncountedSelfDependency
             state.clearDependencies()
-            // Taken after `registered`, which still holds them while this
-            // operation leaves their dependents lists.
+            // Inputs it lets go of (`ResultOperation`): it leaves their
+            // dependents lists before the queue lets go of it (see
+            // `DependentList`); `registered` holds them until then.
             droppedInputs = takeInputsOnFinishLocked()
+            let registered = counted ? droppedInputs : .empty
+            // The dependencies it keeps: it stays in their lists, so that
+            // their finish can tell whether it closed a cycle
+            // (`FinishedCycles.swift`), until they finish or it is
+            // deallocated. Each one's lock is taken once before the queue
+            // lets go of it (`listed`; see `Operation.retainDependent`).
+            let listed = counted ? storedDependencies : .empty
+            if counted, !listed.isEmpty { state.isListedAhead = true }
             var completion: (@Sendable () -> Void)?
             if let extras {
                 completion = extras.completionBlock
@@ -131,6 +139,7 @@ extension Operation {
                 operation: self,
                 dependents: dependents,
                 registered: registered,
+                listed: listed,
                 completion: completion,
                 queue: membership,
                 keys: keys
@@ -205,9 +214,12 @@ extension Operation {
     static func retainDependent(_ entry: Unmanaged<Operation>) -> Operation? {
         entry._withUnsafeGuaranteedRef { dependent -> Operation? in
             // A queued dependent is retained by its queue, which lets go of it
-            // only after it has left every dependents list (step 2 of its own
-            // finish) — which needs this lock.
-            if dependent.loadState().isEnqueued { return dependent }
+            // only after step 2 of its own finish, which takes this lock. It
+            // has then left this list, unless it finished ahead of this
+            // operation (`isListedAhead`, set before that step): such an
+            // entry may outlive its queue's reference.
+            let state = dependent.loadState()
+            if state.isEnqueued, !state.isListedAhead { return dependent }
             // Otherwise only its owner keeps it alive, and it may be
             // deinitializing (its `deinit` then waits for this lock).
             return RuntimeTryRetain.strongReference(to: dependent)
@@ -257,6 +269,7 @@ struct FinishPlan: ~Copyable {
         operation: Operation,
         dependents: HeldDependents,
         registered: OperationList,
+        listed: OperationList = .empty,
         completion: (@Sendable () -> Void)?,
         queue: Unmanaged<OperationQueue>?,
         keys: LifecycleKeys
@@ -264,10 +277,10 @@ struct FinishPlan: ~Copyable {
         self.operation = operation
         self.queue = queue
         self.dependents = dependents
-        if registered.isEmpty, completion == nil, keys.isEmpty {
+        if registered.isEmpty, listed.isEmpty, completion == nil, keys.isEmpty {
             details = nil
         } else {
-            details = FinishDetails(registered: registered, completion: completion, keys: keys)
+            details = FinishDetails(registered: registered, listed: listed, completion: completion, keys: keys)
         }
         instrumented = OperationInstrumentation.isActive
     }
@@ -325,31 +338,46 @@ struct FinishPlan: ~Copyable {
     /// admits `readied` and empties it before that.
     @inline(__always)
     func releaseDependents(collectingFor queue: OperationQueue?, into readied: inout [Unmanaged<Operation>]) {
-        // Rarely, the operation still has dependency lists to leave (it was
-        // cancelled, or its class let it start early): first, so that no
-        // dependency's list points at it once the queue lets go of it.
+        // Rarely, the operation still has dependency lists to leave or to
+        // synchronize with (it was cancelled, or its class let it start
+        // early): first, before the queue lets go of it.
         details?.leaveRegisteredLists(of: operation)
+        // Dependents found finished below finished ahead of this operation
+        // and may have closed a cycle with it, checked last
+        // (`FinishedCycles.swift`). Empty, and unallocated, as a rule.
+        var finishedAhead: [Operation] = []
         switch dependents {
         case .none:
-            return
+            break
         case .one(let dependent):
-            Self.release(dependent, of: operation, collectingFor: queue, into: &readied)
+            Self.release(dependent, of: operation, collectingFor: queue, into: &readied, finishedAhead: &finishedAhead)
         case .many(let list):
             // The plan holds each entry's retain (`holdEntries`) until it is
             // dropped, so borrowing them here is safe.
             list.forEach { entry in
-                entry._withUnsafeGuaranteedRef { Self.release($0, of: operation, collectingFor: queue, into: &readied) }
+                entry._withUnsafeGuaranteedRef {
+                    Self.release($0, of: operation, collectingFor: queue, into: &readied, finishedAhead: &finishedAhead)
+                }
             }
         }
+        if !finishedAhead.isEmpty { operation.releaseCycles(closedBy: finishedAhead) }
     }
 
     /// Tells `dependent` that `operation` finished; see
     /// `releaseDependents(collectingFor:into:)`.
     @inline(__always)
-    private static func release(_ dependent: Operation, of operation: Operation, collectingFor queue: OperationQueue?, into readied: inout [Unmanaged<Operation>]) {
+    private static func release(
+        _ dependent: Operation,
+        of operation: Operation,
+        collectingFor queue: OperationQueue?,
+        into readied: inout [Unmanaged<Operation>],
+        finishedAhead: inout [Operation]
+    ) {
         switch dependent.dependencyDidFinish(operation, callerQueue: queue) {
         case .none:
             break
+        case .dependentFinished:
+            finishedAhead.append(dependent)
         case .readyInCallerQueue:
             readied.append(Unmanaged.passUnretained(dependent))
         case .ready(let other):
@@ -411,6 +439,7 @@ struct FinishPlan: ~Copyable {
 /// the plan on): never shared concurrently.
 final class FinishDetails {
     private var registered: OperationList
+    private var listed: OperationList
     private var completion: (@Sendable () -> Void)?
     private let keys: LifecycleKeys
     private var announced = false
@@ -419,8 +448,9 @@ final class FinishDetails {
     /// flight on that basis, and settles it on the same basis.
     let hasUserTail: Bool
 
-    init(registered: OperationList, completion: (@Sendable () -> Void)?, keys: LifecycleKeys) {
+    init(registered: OperationList, listed: OperationList, completion: (@Sendable () -> Void)?, keys: LifecycleKeys) {
         self.registered = registered
+        self.listed = listed
         self.completion = completion
         self.keys = keys
         hasUserTail = completion != nil || !keys.isEmpty
@@ -446,13 +476,23 @@ final class FinishDetails {
     }
 
     /// Removes `operation` from the dependents lists of the dependencies it
-    /// was still registered with, once.
+    /// lets go of, once, and takes the lock of each one whose list it stays
+    /// in: after that, a finishing dependency that finds it in its list
+    /// knows that it may be deallocated (see `Operation.retainDependent`).
     func leaveRegisteredLists(of operation: Operation) {
-        guard !registered.isEmpty else { return }
-        registered.forEach { dependency in
-            dependency.withStateLock { _ in _ = dependency.storedDependents.remove(operation) }
+        if !registered.isEmpty {
+            registered.forEach { dependency in
+                dependency.withStateLock { _ in _ = dependency.storedDependents.remove(operation) }
+            }
+            registered = .empty
         }
-        registered = .empty
+        if !listed.isEmpty {
+            listed.forEach { dependency in
+                guard dependency !== operation else { return }
+                dependency.withStateLock { _ in }
+            }
+            listed = .empty
+        }
     }
 }
 

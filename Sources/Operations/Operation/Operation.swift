@@ -214,9 +214,15 @@ open class Operation: @unchecked Sendable {
     }
 
     /// The operations this one waits for, in the order they were added.
-    /// Finished dependencies stay listed until removed.
+    /// Finished dependencies stay listed until removed. An edge that closed
+    /// a dependency cycle is held weakly once every operation on the cycle
+    /// has finished, so that the cycle can be freed: it is listed last, for
+    /// as long as its dependency is alive.
     open var dependencies: [Operation] {
-        withStateLock { _ in storedDependencies.array }
+        let (strong, weak) = withStateLock { _ in (storedDependencies.array, extras?.weakDependencies ?? []) }
+        guard !weak.isEmpty else { return strong }
+        // Loaded after unlocking: each loaded reference may be the last one.
+        return strong + weak.compactMap(\.operation)
     }
 
     // MARK: State
@@ -530,6 +536,9 @@ final class OperationExtras {
     var carriedContext: CarriedContext?
     /// A `BlockOperation`'s blocks after its first (`BlockOperation.firstBlock`).
     var moreBlocks: [@Sendable () -> Void] = []
+    /// Dependencies whose edge closed a cycle of finished operations, kept
+    /// weakly so that the cycle can be freed (`FinishedCycles.swift`).
+    var weakDependencies: [WeakOperation] = []
 
     /// Takes `failure` and `dependencyErrors` (the operation is being
     /// released), for the caller to drop outside the lock.

@@ -81,6 +81,7 @@ struct OperationState: Equatable, Sendable, CustomStringConvertible {
     private static let bodyEndClaimedBit: UInt64 = 1 << 22
     private static let cancelAnnouncingBit: UInt64 = 1 << 23
     private static let cancelAwaitedBit: UInt64 = 1 << 24
+    private static let listedAheadBit: UInt64 = 1 << 25
     private static let dependencyShift: UInt64 = 32
     private static let dependencyUnit: UInt64 = 1 << 32
 
@@ -194,6 +195,14 @@ struct OperationState: Equatable, Sendable, CustomStringConvertible {
     var hasCustomThreadPriority: Bool {
         get { raw & Self.threadPriorityBit != 0 }
         set { set(Self.threadPriorityBit, newValue) }
+    }
+
+    /// The operation finished while still counting unfinished
+    /// dependencies, and stays in their dependents lists until each of them
+    /// finishes or it is deallocated (`FinishedCycles.swift`).
+    var isListedAhead: Bool {
+        get { raw & Self.listedAheadBit != 0 }
+        set { set(Self.listedAheadBit, newValue) }
     }
 
     /// The operation depends on itself, and that edge counts.
