@@ -198,12 +198,21 @@ enum Platform {
     /// Parses `"<run ns> <runqueue wait ns> <timeslices>\n"`; nil unless it
     /// holds at least the first two numbers (a missing third reads 0).
     static func parseSchedstat<Bytes: Collection<UInt8>>(_ bytes: Bytes) -> Schedstat? {
-        var fields: [UInt64] = [0, 0, 0]
+        // Three fields, kept in locals: the pool's monitor parses on every
+        // tick, and an array would cost an allocation each time.
+        var run: UInt64 = 0
+        var wait: UInt64 = 0
+        var timeslices: UInt64 = 0
         var field = 0
         var digits = 0
         for byte in bytes {
             if byte >= 0x30, byte <= 0x39 {
-                fields[field] = fields[field] &* 10 &+ UInt64(byte - 0x30)
+                let digit = UInt64(byte - 0x30)
+                switch field {
+                case 0: run = run &* 10 &+ digit
+                case 1: wait = wait &* 10 &+ digit
+                default: timeslices = timeslices &* 10 &+ digit
+                }
                 digits += 1
             } else if digits > 0 {
                 field += 1
@@ -213,7 +222,7 @@ enum Platform {
         }
         if digits > 0 { field += 1 }
         guard field >= 2 else { return nil }
-        return Schedstat(runNanoseconds: fields[0], waitNanoseconds: fields[1], timeslices: fields[2])
+        return Schedstat(runNanoseconds: run, waitNanoseconds: wait, timeslices: timeslices)
     }
 
     #if os(Linux)
