@@ -1,4 +1,4 @@
-import Operations
+@testable import Operations
 import Testing
 
 /// A dependency cycle that a cancel let run is freed once its operations have
@@ -238,5 +238,76 @@ struct FinishedCycleTests {
         dependency.start()
         #expect(freed.wait())
         #expect(dependency.isFinished)
+    }
+
+    @Test("a cycle through a ResultOperation's input, held by the error its failure policy records, is freed")
+    func resultOperationInputCycle() {
+        let tracker = LifetimeTracker()
+        do {
+            let queue = tracker.track(makeQueue("result-cycle"), "queue")
+            let a = tracker.track(ResultOperation<Int, Never> { 1 }, "a")
+            let b = tracker.track(ResultOperation<Int, Never>(after: a) { $0 + 1 }, "b")
+            a.addDependency(b)
+            a.cancel()
+            queue.addOperations([a, b], waitUntilFinished: false)
+            #expect(queue.waitUntilAllOperationsAreFinished(timeout: patience))
+            #expect(b.isCancelled, "its failure policy cancelled it, naming a")
+        }
+        let alive = tracker.waitForRelease()
+        #expect(alive.isEmpty, "still alive: \(alive)")
+    }
+
+    @Test("two operations of a cycle finishing at once weaken one edge, not both")
+    func concurrentFinishesWeakenOneEdge() {
+        var bothWeakened = 0
+        for _ in 0..<300 {
+            let a = BlockOperation {}
+            let b = BlockOperation {}
+            a.addDependency(b)
+            b.addDependency(a)
+            a.cancel()
+            b.cancel()
+            // Both threads spin until both have arrived, so that the two
+            // finishes overlap (a semaphore's wake-up staggers them).
+            let arrived = Counter()
+            let done = Latch(count: 2)
+            for operation in [a, b] {
+                spawnThread {
+                    arrived.increment()
+                    let deadline = ContinuousClock.now + patience
+                    while arrived.count < 2, ContinuousClock.now < deadline {}
+                    operation.start()
+                    done.countDown()
+                }
+            }
+            #expect(done.wait())
+            let strongEdges = [a, b].map { operation in operation.withStateLock { _ in operation.storedDependencies.count } }
+            #expect(a.dependencies == [b] && b.dependencies == [a])
+            if strongEdges == [0, 0] { bothWeakened += 1 }
+            #expect(strongEdges.reduce(0, +) >= 1, "one strong edge is kept")
+        }
+        #expect(bothWeakened == 0)
+    }
+
+    @Test("finishing an acyclic chain whose cancelled followers finished first searches for no cycle")
+    func cancelledLeavesAreNotSearched() {
+        let queue = makeQueue("ladder", width: 1)
+        queue.isSuspended = true
+        let links = (0..<500).map { _ in BlockOperation {} }
+        let followers = (0..<500).map { _ in BlockOperation {} }
+        for index in 1..<links.count { links[index].addDependency(links[index - 1]) }
+        for index in followers.indices { followers[index].addDependency(links[index]) }
+        queue.addOperations(followers, waitUntilFinished: false)
+        queue.addOperations(links, waitUntilFinished: false)
+        for follower in followers { follower.cancel() }
+        let searchesBefore = Operation.cycleSearches.load(ordering: .relaxed)
+        queue.isSuspended = false
+        #expect(queue.waitUntilAllOperationsAreFinished(timeout: patience))
+        // Each link finishes with a finished dependency behind it and a
+        // follower that finished ahead of it; no follower is anyone's
+        // dependency, so none can be on a cycle. (Other tests may search
+        // meanwhile: the count is a bound, not an exact figure.)
+        let searches = Operation.cycleSearches.load(ordering: .relaxed) - searchesBefore
+        #expect(searches < 100, "\(searches) searches for 500 finishes")
     }
 }

@@ -375,6 +375,12 @@ open class ResultOperation<Success: Sendable, Failure: Error>: Operation, @unche
 
     /// Hands the inputs to the releasing walk of `deinit` (a long chain of
     /// `ResultOperation(after:)` released unrun must not recurse).
+    /// Also the input named by a `DependencyError` that the body rethrew.
+    override func heldOperationsLocked(into held: inout OperationList) {
+        super.heldOperationsLocked(into: &held)
+        if let reason = storedOutcome?.error as? DependencyError { held.append(reason.dependency) }
+    }
+
     override func releasableOperations() -> OperationList {
         var (taken, outcome) = withStateLock { _ in
             let outcome = storedOutcome

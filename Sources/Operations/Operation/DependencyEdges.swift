@@ -112,7 +112,7 @@ extension Operation {
             }
         }
         Operation.withStateLocks(self, dependency) { state, dependencyState in
-            lostReadiness = linkLocked(dependency, getter, &state, dependencyState, &unready)
+            lostReadiness = linkLocked(dependency, getter, &state, &dependencyState, &unready)
         }
         if checksCycle { DependencyGraph.checkedEdits.unlock() }
         if lostReadiness, loadState().isObserved, !keys.contains("isReady") {
@@ -131,7 +131,7 @@ extension Operation {
     private func addUnwatchedDependency(_ dependency: Operation, _ getter: DependencyGetter) {
         var unready = ReadinessLoss()
         let lostReadiness = Operation.withStateLocks(self, dependency) { state, dependencyState in
-            linkLocked(dependency, getter, &state, dependencyState, &unready)
+            linkLocked(dependency, getter, &state, &dependencyState, &unready)
         }
         if lostReadiness, loadState().isObserved { announceReadinessChangedLate() }
         unready.report(for: self)
@@ -147,11 +147,12 @@ extension Operation {
         _ dependency: Operation,
         _ getter: DependencyGetter,
         _ state: inout OperationState,
-        _ dependencyState: OperationState,
+        _ dependencyState: inout OperationState,
         _ unready: inout ReadinessLoss
     ) -> Bool {
         guard !isDuplicateLocked(dependency, getter, state: state, dependencyState: dependencyState) else { return false }
         storedDependencies.append(dependency)
+        dependencyState.isDependedOn = true
         let wasReady = state.isBaseReady
         guard !dependencyState.isFinished, !getter.saysFinished, state.addUnfinishedDependency() else { return false }
         dependency.storedDependents.append(self)

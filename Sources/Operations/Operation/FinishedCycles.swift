@@ -1,3 +1,5 @@
+import Synchronization
+
 // Freeing a dependency cycle once its operations have finished.
 //
 // Every operation keeps its dependencies alive, as in Foundation. A cycle
@@ -25,10 +27,13 @@
 // counting it, so it is still in its dependents list; and every other
 // operation of the cycle has finished by then.
 //
-// The search costs nothing unless the finishing operation has a finished
-// dependency, and visits at most `cycleSearchLimit` operations: a cycle
-// longer than that, or hidden behind more finished operations, is left as
-// Foundation leaves every cycle.
+// The search costs nothing unless the dependent is itself some operation's
+// dependency (`isDependedOn`: a cancelled leaf cannot be on a cycle) and the
+// finishing operation has a finished dependency. It follows dependencies
+// and the operations named by kept `DependencyError`s
+// (`heldOperationsLocked`), and examines at most `cycleSearchLimit` edges: a
+// cycle longer than that, or hidden behind more finished operations, is
+// left as Foundation leaves every cycle.
 
 /// A weak reference to an operation: an edge that closed a cycle. Its
 /// identity is compared without loading it: a strong reference loaded under
@@ -54,8 +59,18 @@ struct WeakOperation {
 }
 
 extension Operation {
-    /// How many operations one search visits at most.
-    static let cycleSearchLimit = 256
+    /// How many edges one search examines at most.
+    static let cycleSearchLimit = 128
+
+    /// Serializes the weakening of closing edges: two operations of one
+    /// cycle that finish at once would otherwise each find the other and
+    /// both weaken their edges, where one is enough. Lock order: this lock,
+    /// then operations' lock bits. No user code runs under it.
+    private static let cycleBreaking = PlatformLock()
+
+    /// How many searches have run, for the tests (a relaxed count on a path
+    /// that searches anyway).
+    static let cycleSearches = Atomic<Int>(0)
 
     /// For each of `dependents`, which depend on this finished operation:
     /// if it can be reached from this operation through the dependencies of
@@ -63,14 +78,27 @@ extension Operation {
     /// them, and becomes weak. One search serves them all. Call with no lock
     /// held; the caller keeps this operation alive.
     final func releaseCycles(closedBy dependents: [Operation]) {
-        // A path back to a dependent starts with a finished dependency of
-        // this operation (the dependent itself, or one on the way). As a
-        // rule there is none (dependents finish ahead of their dependencies
-        // when cancelled in a batch): no search, nothing allocated.
-        guard hasFinishedDependency() else { return }
-        let finished = dependents.filter { $0 !== self && $0.loadState().isFinished }
-        guard !finished.isEmpty else { return }
-        for dependent in reachedThroughFinished(finished) {
+        // Only an operation that something depends on can be reached; a
+        // cancelled leaf, the common case, cannot. And a path back starts
+        // with a finished dependency of this operation (the dependent
+        // itself, or one on the way). As a rule one of these fails: no
+        // search, nothing allocated.
+        let targets = dependents.filter { dependent in
+            let state = dependent.loadState()
+            return dependent !== self && state.isFinished && state.isDependedOn
+        }
+        guard !targets.isEmpty, hasFinishedDependency() else { return }
+        Self.cycleSearches.add(1, ordering: .relaxed)
+        // The searched lists hold their operations: released at the end,
+        // with no lock held (one may be the last reference).
+        var searched: [OperationList] = []
+        defer { withExtendedLifetime(searched) {} }
+        let found = reachedThroughFinished(targets, keepingAlive: &searched)
+        guard !found.isEmpty else { return }
+        // Again, with every other weakening held off, so that each cycle
+        // loses exactly one strong edge.
+        Self.cycleBreaking.lock()
+        for dependent in reachedThroughFinished(found, keepingAlive: &searched) {
             dependent.withStateLock { state in
                 // The list's strong reference goes under the lock; the
                 // caller's keeps this operation alive.
@@ -78,45 +106,60 @@ extension Operation {
                 dependent.extrasWhileLocked().weakDependencies.append(WeakOperation(self))
             }
         }
+        Self.cycleBreaking.unlock()
     }
 
-    /// Whether one of this operation's dependencies has finished.
+    /// Whether one of this operation's dependencies, or of the operations
+    /// its dependency errors name, has finished.
     final func hasFinishedDependency() -> Bool {
-        withStateLock { _ in
-            var found = false
+        var found = false
+        let errorsNamed = withStateLock { _ -> OperationList in
             storedDependencies.forEach { dependency in
                 if !found, dependency.loadState().isFinished { found = true }
             }
-            return found
+            guard !found, extras != nil else { return .empty }
+            var named = OperationList.empty
+            heldOperationsLocked(into: &named)
+            return named
         }
+        // Read after unlocking, and released here: no lock is held.
+        errorsNamed.forEach { operation in
+            if !found, operation.loadState().isFinished { found = true }
+        }
+        return found
     }
 
-    /// Those of `targets` that are dependencies of this operation or,
-    /// transitively, of a finished operation that this one reaches. Visits
-    /// at most `cycleSearchLimit` operations.
-    private func reachedThroughFinished(_ targets: [Operation]) -> [Operation] {
-        var wanted = Set(targets.map(ObjectIdentifier.init))
+    /// Those of `targets` that this operation reaches through the
+    /// operations that finished operations hold (`heldOperationsLocked`),
+    /// examining at most `cycleSearchLimit` edges. Appends every list it read
+    /// to `searched`, for the caller to release after unlocking.
+    private func reachedThroughFinished(_ targets: [Operation], keepingAlive searched: inout [OperationList]) -> [Operation] {
+        var wanted = targets
         var reached: [Operation] = []
-        var visited: Set<ObjectIdentifier> = [ObjectIdentifier(self)]
-        // Each searched list holds its operations during the search; all
-        // are released afterwards, with no lock held.
-        var lists: [OperationList] = []
-        defer { withExtendedLifetime(lists) {} }
+        var visited: [ObjectIdentifier] = [ObjectIdentifier(self)]
         var pending: [Operation] = [self]
         var budget = Operation.cycleSearchLimit
-        while !wanted.isEmpty, let operation = pending.popLast() {
-            let dependencies = operation.withStateLock { state -> OperationList in
-                state.isFinished ? operation.storedDependencies : .empty
+        while !wanted.isEmpty, budget > 0, let operation = pending.popLast() {
+            let held = operation.withStateLock { state -> OperationList in
+                guard state.isFinished else { return .empty }
+                var held = operation.storedDependencies
+                operation.heldOperationsLocked(into: &held)
+                return held
             }
-            dependencies.forEach { dependency in
-                let identity = ObjectIdentifier(dependency)
-                if wanted.remove(identity) != nil { reached.append(dependency) }
-                if budget > 0, visited.insert(identity).inserted {
-                    budget -= 1
-                    pending.append(dependency)
+            held.forEach { next in
+                guard budget > 0 else { return }
+                budget -= 1
+                if let index = wanted.firstIndex(where: { $0 === next }) {
+                    reached.append(next)
+                    wanted.remove(at: index)
+                }
+                let identity = ObjectIdentifier(next)
+                if !visited.contains(identity) {
+                    visited.append(identity)
+                    pending.append(next)
                 }
             }
-            lists.append(dependencies)
+            searched.append(held)
         }
         return reached
     }

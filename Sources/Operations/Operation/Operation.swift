@@ -472,6 +472,16 @@ open class Operation: @unchecked Sendable {
     /// walk of `deinit`. The default has none.
     func releasableOperations() -> OperationList { .empty }
 
+    /// Appends the operations that this finished operation holds beyond its
+    /// dependencies: those named by the dependency errors it keeps. The
+    /// cycle search follows them (`FinishedCycles.swift`). Call with the
+    /// lock held.
+    func heldOperationsLocked(into held: inout OperationList) {
+        guard let extras else { return }
+        if let error = extras.failure as? DependencyError { held.append(error.dependency) }
+        for error in extras.dependencyErrors { held.append(error.dependency) }
+    }
+
     /// Whether this operation finished with a value (`ResultOperation`).
     var hasSuccessValue: Bool { false }
 

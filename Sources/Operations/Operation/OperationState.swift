@@ -82,6 +82,7 @@ struct OperationState: Equatable, Sendable, CustomStringConvertible {
     private static let cancelAnnouncingBit: UInt64 = 1 << 23
     private static let cancelAwaitedBit: UInt64 = 1 << 24
     private static let listedAheadBit: UInt64 = 1 << 25
+    private static let dependedOnBit: UInt64 = 1 << 26
     private static let dependencyShift: UInt64 = 32
     private static let dependencyUnit: UInt64 = 1 << 32
 
@@ -203,6 +204,14 @@ struct OperationState: Equatable, Sendable, CustomStringConvertible {
     var isListedAhead: Bool {
         get { raw & Self.listedAheadBit != 0 }
         set { set(Self.listedAheadBit, newValue) }
+    }
+
+    /// Another operation has been given this one as a dependency (sticky):
+    /// only such an operation can be on a dependency cycle
+    /// (`FinishedCycles.swift`).
+    var isDependedOn: Bool {
+        get { raw & Self.dependedOnBit != 0 }
+        set { set(Self.dependedOnBit, newValue) }
     }
 
     /// The operation depends on itself, and that edge counts.
