@@ -184,8 +184,38 @@ private final class Flagged: ResultOperation<Bool, Never>, @unchecked Sendable {
     }
 }
 
+/// Ready whatever its inputs: its queue starts it before they finish.
+private final class EagerResult: ResultOperation<Int, Never>, @unchecked Sendable {
+    override var isReady: Bool { true }
+}
+
 @Suite("ResultOperation subclasses")
 struct ResultOperationSubclassTests {
+    @Test("a subclass that starts before its input finishes, then is freed, leaves the input's dependents list")
+    func eagerSubclassFreedBeforeItsInput() {
+        let queue = makeQueue("eager")
+        let gate = Gate()
+        let input = ResultOperation<Int, Never> {
+            gate.wait()
+            return 1
+        }
+        weak var weakEager: EagerResult?
+        do {
+            let eager = EagerResult(after: input) { (value: Int) -> Int in value + 1 }
+            weakEager = eager
+            queue.addOperations([input, eager], waitUntilFinished: false)
+            #expect(eager.waitUntilFinished(timeout: patience))
+            #expect(!input.isFinished)
+            #expect(eager.failure is DependencyError, "its input had no value yet")
+        }
+        // Freed while its input has not finished: the input's finish must
+        // not find it in its dependents list (ASan: heap-use-after-free).
+        #expect(waitUntil { weakEager == nil })
+        gate.open()
+        #expect(queue.waitUntilAllOperationsAreFinished(timeout: patience))
+        #expect(input.isFinished)
+    }
+
     @Test("subclasses with Failure == Never compile and inherit every initializer (regression)")
     func neverFailingSubclasses() async throws {
         let sync = CountedLookup { 41 }

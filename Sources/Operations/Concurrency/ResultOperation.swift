@@ -347,6 +347,14 @@ open class ResultOperation<Success: Sendable, Failure: Error>: Operation, @unche
             return bodyCancellation
         }
         withExtendedLifetime(finishedBridge) {}
+        // No longer held, so no longer listed: a subclass whose `isReady`
+        // let it start before an input finished is still in that input's
+        // dependents list, and its finish would not leave it (it leaves the
+        // lists of the dependencies it still holds). Left here, under each
+        // input's lock, before this operation can finish and be freed.
+        for input in operations where input !== self {
+            input.withStateLock { _ in _ = input.storedDependents.remove(self) }
+        }
         if let outcome {
             if let error = outcome.error { recordFailure(error) }
         } else if let missing = operations.first(where: { !$0.hasSuccessValue }) {
