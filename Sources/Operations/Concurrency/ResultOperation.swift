@@ -353,7 +353,7 @@ open class ResultOperation<Success: Sendable, Failure: Error>: Operation, @unche
         // lists of the dependencies it still holds). Left here, under each
         // input's lock, before this operation can finish and be freed.
         for input in operations where input !== self {
-            input.withStateLock { _ in _ = input.storedDependents.remove(self) }
+            input.removeDependent(self)
         }
         if let outcome {
             if let error = outcome.error { recordFailure(error) }

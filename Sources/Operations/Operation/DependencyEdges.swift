@@ -280,6 +280,12 @@ extension Operation {
         if becameReady { queue?.memberReadinessMayHaveChanged(self) }
     }
 
+    /// Removes `dependent` from this operation's dependents list, if it is
+    /// there, under this operation's lock (see the rule at the top).
+    final func removeDependent(_ dependent: Operation) {
+        withStateLock { _ in _ = storedDependents.remove(dependent) }
+    }
+
     /// Whether the edge exists, checked on the shorter list. Call with both
     /// operations' locks held.
     ///
@@ -458,7 +464,7 @@ extension Operation {
         if counted {
             dependencies.forEach { dependency in
                 guard dependency !== self else { return }
-                dependency.withStateLock { _ in _ = dependency.storedDependents.remove(self) }
+                dependency.removeDependent(self)
             }
         }
         var released = dependencies.appending(contentsOf: releasableOperations())

@@ -111,7 +111,7 @@ extension Operation {
 
     /// Whether one of this operation's dependencies, or of the operations
     /// its dependency errors name, has finished.
-    final func hasFinishedDependency() -> Bool {
+    private func hasFinishedDependency() -> Bool {
         var found = false
         let errorsNamed = withStateLock { _ -> OperationList in
             storedDependencies.forEach { dependency in

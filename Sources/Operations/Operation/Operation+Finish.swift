@@ -482,7 +482,7 @@ final class FinishDetails {
     func leaveRegisteredLists(of operation: Operation) {
         if !registered.isEmpty {
             registered.forEach { dependency in
-                dependency.withStateLock { _ in _ = dependency.storedDependents.remove(operation) }
+                dependency.removeDependent(operation)
             }
             registered = .empty
         }
