@@ -1,5 +1,15 @@
+import Synchronization
 import Testing
 @testable import Operations
+
+/// An `isReady` override that turns true without announcing it (the usual
+/// porting slip, and what an unnamed key-path announcement amounts to).
+private final class SilentlyReadyOperation: Operation, @unchecked Sendable {
+    // @unchecked Sendable: `allowed` is atomic.
+    let allowed = Atomic<Bool>(false)
+    override var isReady: Bool { super.isReady && allowed.load(ordering: .acquiring) }
+    override func main() {}
+}
 
 @Suite("diagnostics")
 struct DiagnosticsTests {
@@ -34,6 +44,24 @@ struct DiagnosticsTests {
         #expect(barrier?.reasons.first?.description.contains("waits for the operations added before it") == true)
         outside.start()
         #expect(ran.wait())
+        #expect(queue.waitUntilAllOperationsAreFinished(timeout: patience))
+    }
+
+    @Test("an isReady override that turned true unannounced: the reason says the queue was not told, not that it returns false (mullvad port)")
+    func unannouncedReadiness() {
+        let queue = makeQueue("diagnostics-unannounced")
+        let operation = SilentlyReadyOperation()
+        operation.name = "silently-ready"
+        queue.addOperation(operation)
+        operation.allowed.store(true, ordering: .releasing)
+        let report = queue.diagnostics().operations.first { $0.subject.contains("silently-ready") }
+        #expect(report?.reasons == [.readinessOverride])
+        let text = report?.reasons.first?.description ?? ""
+        #expect(text.contains("not read true when announced"), "\(text)")
+        #expect(!text.contains("returns false"), "\(text)")
+        operation.willChangeValue(forKey: "isReady")
+        operation.didChangeValue(forKey: "isReady")
+        #expect(operation.waitUntilFinished(timeout: patience))
         #expect(queue.waitUntilAllOperationsAreFinished(timeout: patience))
     }
 

@@ -11,6 +11,10 @@
 // Foundation's do, so a subclass that overrides those sees every
 // announcement.
 
+// `_forEachField` names a class's stored properties from its metadata, to
+// name a computed property's key path (`KeyPathNames.computedName`).
+@_spi(Reflection) import Swift
+
 extension Operation {
     /// Announces that the value at `keyPath` is about to change: the
     /// key-path form of ``willChangeValue(forKey:)``, which it calls with the
@@ -48,14 +52,20 @@ extension KeyValueObservable where Self: Operation {
     /// the value), but not those registered by a string key. Announce such
     /// a property with ``Operation/willChangeValue(forKey:)`` instead.
     public func willChangeValue<Value>(for keyPath: KeyPath<Self, Value>) {
-        willChangeValue(forKey: Self.announcementKey(for: keyPath))
+        willChangeValue(forKey: ownAnnouncementKey(for: keyPath))
     }
 
     /// Announces that a subclass's own property at `keyPath` has changed:
     /// the key-path form of ``Operation/didChangeValue(forKey:)``. See
     /// the will-change form for how the key is named.
     public func didChangeValue<Value>(for keyPath: KeyPath<Self, Value>) {
-        didChangeValue(forKey: Self.announcementKey(for: keyPath))
+        didChangeValue(forKey: ownAnnouncementKey(for: keyPath))
+    }
+
+    /// The key an announcement of a subclass's property is made under,
+    /// computed properties included (see ``KeyPathNames``).
+    private func ownAnnouncementKey<Value>(for keyPath: KeyPath<Self, Value>) -> String {
+        KeyPathNames.key(for: keyPath, known: Self.observationKey(for: keyPath), valueType: Value.self, announcer: self)
     }
 }
 
@@ -93,26 +103,130 @@ extension KeyValueObservable where Self: OperationQueue {
 
 /// The string key a key-path announcement is made under.
 enum KeyPathNames {
-    /// Names worked out from key paths' descriptions, by key path.
-    private static let described = LockedValue<[AnyKeyPath: String]>([:])
+    /// What a key path's description says, by key path: its name, or none
+    /// (a computed property, or one a subclass can override).
+    private static let described = LockedValue<[AnyKeyPath: Described]>([:])
+    /// The keys that key paths without a name were announced under, by
+    /// the announcing operation's class (whose dependent keys decide it)
+    /// and key path.
+    private static let resolved = LockedValue<[Resolution: String]>([:])
+
+    private enum Described {
+        case named(String)
+        case unnamed(description: String)
+    }
+
+    private struct Resolution: Hashable {
+        let operationType: ObjectIdentifier
+        let keyPath: AnyKeyPath
+    }
 
     /// `known` (the library's name for one of its own properties), else the
     /// name Swift reports for a stored property (its path after the root
-    /// type: `\Download.state` is `"state"`), else the whole description.
-    /// The last reaches only observers of that key path, which re-read their
-    /// value on any announcement, and no observer registered by name.
-    static func key(for keyPath: AnyKeyPath, known: String?) -> String {
+    /// type: `\Download.state` is `"state"`), else, for an operation class,
+    /// the one key of its own that its lifecycle keys depend on and that
+    /// the key path stands for (``computedName(valueType:in:)``), else the
+    /// whole description. The last reaches only observers of that key
+    /// path, which re-read their value on any announcement, and no observer
+    /// registered by name.
+    ///
+    /// Call with no lock held: naming a computed property asks the class's
+    /// `keyPathsForValuesAffectingValue(forKey:)`, which is user code.
+    static func key(for keyPath: AnyKeyPath, known: String?, valueType: Any.Type? = nil, announcer: Operation? = nil) -> String {
         if let known { return known }
-        if let cached = described.withLock({ $0[keyPath] }) { return cached }
+        let description: String
+        switch described.withLock({ $0[keyPath] }) ?? describe(keyPath) {
+        case .named(let name): return name
+        case .unnamed(let text): description = text
+        }
+        guard let valueType, let announcer else { return description }
+        let operationType = type(of: announcer)
+        let resolution = Resolution(operationType: ObjectIdentifier(operationType), keyPath: keyPath)
+        if let key = resolved.withLock({ $0[resolution] }) { return key }
+        let name = computedName(valueType: valueType, in: operationType)
+        let key = name ?? description
+        // Another thread may have resolved it meanwhile: the first answer
+        // stays, and only the thread that stored it reports.
+        let stored = resolved.withLock { table -> Bool in
+            guard table[resolution] == nil else { return false }
+            table[resolution] = key
+            return true
+        }
+        if stored, name == nil { reportUnnamed(description, in: operationType, by: announcer) }
+        return key
+    }
+
+    /// Reads `keyPath`'s description once, and caches what it says.
+    private static func describe(_ keyPath: AnyKeyPath) -> Described {
         let description = String(describing: keyPath)
         let prefix = "\\" + String(describing: type(of: keyPath).rootType) + "."
-        var name = description
+        var result = Described.unnamed(description: description)
         if description.hasPrefix(prefix) {
             let path = String(description.dropFirst(prefix.count))
             // A computed component prints as `<computed 0x… (Type)>`.
-            if !path.isEmpty, !path.contains("<") { name = path }
+            if !path.isEmpty, !path.contains("<") { result = .named(path) }
         }
-        described.withLock { $0[keyPath] = name }
-        return name
+        described.withLock { $0[keyPath] = result }
+        return result
+    }
+
+    /// The name of a computed property of an operation class, or of one
+    /// that a subclass can override (Swift prints such a key path without
+    /// its name), when the class says which of its keys its lifecycle keys
+    /// depend on: the one such key `k` for which the class stores a
+    /// property named `k` or `_k` of the key path's value type (the usual
+    /// `private var _state: State` behind `var state: State`). Nil when
+    /// none or more than one matches, and for a value type of the standard
+    /// library (`Bool`, `Int`, `String`, optionals…): many properties share
+    /// those, so a match would be a guess. A type of the program's own,
+    /// such as a state enum, is what the pattern uses.
+    ///
+    /// On Darwin such a property is `@objc` and its key path carries the
+    /// name, so `willChangeValue(for: \.state)` also announces the
+    /// `isReady`, `isExecuting` and `isFinished` that depend on `state`:
+    /// ported operations rely on it to start and finish.
+    private static func computedName(valueType: Any.Type, in type: Operation.Type) -> String? {
+        let sources = DependentKeys.ownSourceKeys(in: type)
+        guard !sources.isEmpty, !String(reflecting: valueType).hasPrefix("Swift.") else { return nil }
+        let stored = storedProperties(of: type)
+        let matches = sources.filter { source in
+            stored.contains { $0.type == valueType && ($0.name == source || $0.name == "_" + source) }
+        }
+        return matches.count == 1 ? matches[0] : nil
+    }
+
+    /// The stored properties that `type` and its superclasses below
+    /// `Operation` declare: names and types from the type's metadata. No
+    /// instance is read.
+    private static func storedProperties(of type: Operation.Type) -> [(name: String, type: Any.Type)] {
+        var own: [(name: String, type: Any.Type, offset: Int)] = []
+        var library: Set<Int> = []
+        // `_EachFieldOptions.classType` (its raw value: the stdlib declares
+        // the constant as a mutable static).
+        let classType = _EachFieldOptions(rawValue: 1 << 0)
+        _ = _forEachField(of: Operation.self, options: classType) { _, offset, _, _ in
+            library.insert(offset)
+            return true
+        }
+        _ = _forEachField(of: type, options: classType) { name, offset, fieldType, _ in
+            if !library.contains(offset) { own.append((String(cString: name), fieldType, offset)) }
+            return true
+        }
+        return own.map { ($0.name, $0.type) }
+    }
+
+    /// A key path that could not be named was announced on an operation
+    /// class whose lifecycle keys depend on keys of its own: it was probably
+    /// meant to announce one of them, and cannot. Reported once per class
+    /// and key path (the caller caches the key), never refused.
+    private static func reportUnnamed(_ description: String, in type: Operation.Type, by announcer: Operation) {
+        let sources = DependentKeys.ownSourceKeys(in: type)
+        guard !sources.isEmpty else { return }
+        let names = sources.map { "\"\($0)\"" }.joined(separator: ", ")
+        _ = OperationMisuse.reportTolerated(
+            .unnamedKeyPathAnnouncement,
+            subject: .operation(announcer),
+            "announced a change of \(description), a computed (or overridable) property whose name Swift does not report, while its lifecycle keys depend on \(names) (keyPathsForValuesAffectingValue(forKey:)). The announcement reaches observers of that key path only: neither observers of those keys nor its queue hear of it. Announce the property by name, with willChangeValue(forKey:) and didChangeValue(forKey:)."
+        )
     }
 }

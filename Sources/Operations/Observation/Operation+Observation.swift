@@ -20,10 +20,12 @@ extension KeyValueObservable where Self: Operation {
     ///
     /// A key path to a property that a **final** subclass overrides (for
     /// example `\.isExecuting` on `final class Download: Operation` that
-    /// overrides `isExecuting`) is, in Swift, a different key path from the
-    /// base class's, and carries no name: the library then treats it like a
-    /// subclass's own property (reported after changes of its value, without
-    /// `.prior`). For Foundation's exact will/did semantics in that case,
+    /// overrides `isExecuting`), or that a subclass overrides with a `final`
+    /// override (`override final var isReady`), is, in Swift, a different
+    /// key path from the base class's, and carries no name: the library then
+    /// treats it like a subclass's own property (reported after changes of
+    /// its value, without `.prior`; an announcement that leaves the value
+    /// as it was is not reported, where Foundation reports every one). For Foundation's exact will/did semantics in that case,
     /// observe through `Operation` (`(download as Operation).observe(\.isExecuting)`)
     /// or by string key (`observe(key: "isExecuting")`).
     ///

@@ -62,10 +62,19 @@ enum DependentKeys {
 
     /// The lifecycle keys that announcing `key` also announces for `type`.
     static func keys(affectedBy key: String, in type: Operation.Type) -> [String] {
+        table(for: type)[key] ?? []
+    }
+
+    /// The keys of `type`'s own that some lifecycle key depends on (`state`
+    /// in the usual pattern): every key `keyPathsForValuesAffectingValue`
+    /// names, except the lifecycle keys themselves.
+    static func ownSourceKeys(in type: Operation.Type) -> [String] {
+        table(for: type).keys.filter { !lifecycleKeys.contains($0) }.sorted()
+    }
+
+    private static func table(for type: Operation.Type) -> [String: [String]] {
         let id = ObjectIdentifier(type)
-        if let known = cache.withLock({ $0[id] }) {
-            return known[key] ?? []
-        }
+        if let known = cache.withLock({ $0[id] }) { return known }
         // The class method is user code: asked outside the lock.
         var inverse: [String: [String]] = [:]
         for lifecycleKey in lifecycleKeys {
@@ -74,6 +83,6 @@ enum DependentKeys {
             }
         }
         cache.withLock { $0[id] = inverse }
-        return inverse[key] ?? []
+        return inverse
     }
 }

@@ -90,8 +90,12 @@ extension OperationQueue {
             case queueSuspended
             /// It is ready and waits for a slot: `executing` of `limit`.
             case waitsForSlot(executing: Int, limit: Int)
-            /// Its `isReady` override returns false although its
-            /// dependencies have finished.
+            /// Its dependencies have finished, but its `isReady` override
+            /// has not read true at any announcement its queue heard: it
+            /// returns false, or it returns true and the change was never
+            /// announced (`didChangeValue(forKey: "isReady")`, or of a key
+            /// that `isReady` depends on). The queue reads the getter only
+            /// when told, as Foundation's does.
             case readinessOverride
             /// It is executing asynchronously and waits for its own finish.
             case asynchronousFinish
@@ -115,7 +119,7 @@ extension OperationQueue {
                     return "barrier: waits for the operations added before it: " + shown + more
                 case .queueSuspended: return "ready, queue suspended"
                 case .waitsForSlot(let executing, let limit): return "ready, waits for a slot: \(executing) of \(limit) executing"
-                case .readinessOverride: return "its isReady override returns false"
+                case .readinessOverride: return "its isReady override has not read true when announced (the queue re-reads it only after an isReady announcement)"
                 case .asynchronousFinish: return "asynchronous: waits for its finish"
                 case .finishNotReported: return "its body finished; its isFinished override still returns false"
                 }
@@ -262,8 +266,18 @@ extension OperationQueue {
 }
 
 extension Operation {
-    /// `isReady` as the class reports it, for diagnostics (may run user code).
-    var reportedReadyForDiagnostics: Bool { reportedReady }
+    /// Whether the operation counts as ready, for diagnostics: for a class
+    /// that overrides `isReady`, as its queue last applied the getter (a
+    /// getter that turned true unannounced still counts as not ready, as it
+    /// does for starting), or the getter itself in no queue (user code);
+    /// otherwise the base state.
+    var reportedReadyForDiagnostics: Bool {
+        guard overrides(.isReady) else { return loadState().isBaseReady }
+        guard let queue = owningQueueForAnalysis() else { return isReady }
+        return queue.lock.withLock {
+            queueLink.lane != QueueLink.noLane || queueLink.has(QueueLink.Flags.dispatched) || !queueLink.has(QueueLink.Flags.linked)
+        }
+    }
 
     /// Whether the operation sits in its queue's barrier-held list.
     var isHeldBehindBarrier: Bool {

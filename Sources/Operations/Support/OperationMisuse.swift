@@ -92,6 +92,28 @@ public struct OperationMisuse: Error, Sendable, CustomStringConvertible {
         /// An input of a `ResultOperation(after:…)` was removed from its
         /// dependencies: its body needs the input's value.
         public static let resultInputRemoved = Code("resultInputRemoved")
+        /// A subclass announced a change with the key-path form
+        /// (`willChangeValue(for: \.state)`) of a computed property, or of
+        /// one a subclass can override, whose name Swift does not report,
+        /// while its lifecycle keys depend on keys of its own
+        /// (``Operation/keyPathsForValuesAffectingValue(forKey:)``), and
+        /// the library could not tell which of them the key path is.
+        ///
+        /// On Darwin the property is `@objc` and the key path carries its
+        /// name, so the dependent `isReady`, `isExecuting` and `isFinished`
+        /// are announced with it. Here only observers of that key path hear
+        /// of the change: the queue does not re-read the lifecycle getters,
+        /// and the operation may never start or finish. The library names
+        /// such a key path itself when exactly one of the class's own
+        /// dependent keys, say `state`, has a stored property `state` or
+        /// `_state` of the key path's value type; otherwise it reports this,
+        /// once per key path. Announce the property by name
+        /// (`willChangeValue(forKey: "state")`) instead.
+        ///
+        /// A *warning*: reported to ``OperationReporting`` observers and to
+        /// a handler, if one is installed, but never refused and never
+        /// trapping. The announcement is made either way.
+        public static let unnamedKeyPathAnnouncement = Code("unnamedKeyPathAnnouncement")
     }
 
     /// The rule that was broken.
