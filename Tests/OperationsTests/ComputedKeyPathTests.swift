@@ -90,6 +90,40 @@ private final class TwoSourcesOperation: Operation, @unchecked Sendable {
     }
 }
 
+/// A generic operation whose computed `phase` (backed by `_phase` under a
+/// lock) is what `isReady` depends on: each specialization is a class of
+/// its own, and `Phase` a type of its own.
+private final class GenericPhaseOperation<Payload: Sendable>: Operation, @unchecked Sendable {
+    // @unchecked Sendable: `_phase` is read and written under `lock`.
+    enum Phase { case waiting, armed }
+    private let lock = Mutex<Void>(())
+    private var _phase = Phase.waiting
+    let payload: Payload
+    init(_ payload: Payload) { self.payload = payload }
+    var phase: Phase {
+        get { lock.withLock { _ in _phase } }
+        set {
+            willChangeValue(for: \.phase)
+            lock.withLock { _ in _phase = newValue }
+            didChangeValue(for: \.phase)
+        }
+    }
+    override var isReady: Bool { super.isReady && phase == .armed }
+    override class func keyPathsForValuesAffectingValue(forKey key: String) -> Set<String> {
+        key == "isReady" ? ["phase"] : super.keyPathsForValuesAffectingValue(forKey: key)
+    }
+}
+
+/// Many threads announce the same unnamed key path for the first time at once.
+private final class RacingOperation: Operation, @unchecked Sendable {
+    // @unchecked Sendable: `_hits` is atomic and `doubled` is read only.
+    private let _hits = Atomic<Int>(0)
+    var doubled: Int { _hits.load(ordering: .relaxed) * 2 }
+    override class func keyPathsForValuesAffectingValue(forKey key: String) -> Set<String> {
+        key == "isReady" ? ["hits"] : super.keyPathsForValuesAffectingValue(forKey: key)
+    }
+}
+
 /// Two computed keys of the same type of its own behind the lifecycle
 /// keys: a key path to either cannot be told from the other.
 private final class AmbiguousOperation: Operation, @unchecked Sendable {
@@ -171,6 +205,41 @@ struct ComputedKeyPathTests {
         defer { baseToken.invalidate() }
         base.state = .pending
         #expect(heardBase.events == ["isReady"])
+    }
+
+    @Test("a generic operation's computed key (an enum of its own, stored under _phase) is named, and the queue starts it when it is announced")
+    func genericSubclass() {
+        let queue = makeQueue("computed-generic")
+        let ran = Gate()
+        let operation = GenericPhaseOperation("payload")
+        operation.completionBlock = { ran.open() }
+        queue.addOperation(operation)
+        #expect(staysFalse { ran.opened })
+        operation.phase = .armed
+        #expect(ran.wait())
+        #expect(queue.waitUntilAllOperationsAreFinished(timeout: patience))
+    }
+
+    @Test("eight threads announcing the same unnamed key path for the first time at once: reported exactly once")
+    func concurrentFirstAnnouncementsReportOnce() {
+        let marker = "computed-key-path-racing"
+        let reports = ReportCollector(mentioning: marker)
+        defer { reports.cancel() }
+        let operation = RacingOperation()
+        operation.name = marker
+        let start = Gate()
+        let done = Latch(count: 8)
+        for _ in 0..<8 {
+            spawnThread {
+                _ = start.wait()
+                operation.willChangeValue(for: \.doubled)
+                operation.didChangeValue(for: \.doubled)
+                done.countDown()
+            }
+        }
+        start.open()
+        #expect(done.wait())
+        #expect(reports.all.map(\.kind) == [.misuse(.unnamedKeyPathAnnouncement)])
     }
 
     @Test("with two keys of its own behind the lifecycle keys, the key path's value type picks the one it names")
