@@ -114,6 +114,39 @@ private final class GenericPhaseOperation<Payload: Sendable>: Operation, @unchec
     }
 }
 
+/// A property wrapper that keeps its value under a lock, as ported
+/// operations often keep their state.
+@propertyWrapper
+private final class LockedState<Value: Sendable>: @unchecked Sendable {
+    // @unchecked Sendable: `value` is read and written under `lock`.
+    private let lock = Mutex<Void>(())
+    private var value: Value
+    init(wrappedValue: Value) { value = wrappedValue }
+    var wrappedValue: Value {
+        get { lock.withLock { _ in value } }
+        set { lock.withLock { _ in value = newValue } }
+    }
+}
+
+/// The ported shape with its `state` behind a property wrapper (stored as
+/// `_state: LockedState<State>`), announced by key path.
+private final class WrappedStateOperation: Operation, @unchecked Sendable {
+    // @unchecked Sendable: `state` is kept by a locking wrapper.
+    enum State { case waiting, ready }
+    @LockedState private var state = State.waiting
+
+    override var isReady: Bool { super.isReady && state == .ready }
+    override class func keyPathsForValuesAffectingValue(forKey key: String) -> Set<String> {
+        key == "isReady" ? ["state"] : super.keyPathsForValuesAffectingValue(forKey: key)
+    }
+
+    func makeReady() {
+        willChangeValue(for: \.state)
+        state = .ready
+        didChangeValue(for: \.state)
+    }
+}
+
 /// Many threads announce the same unnamed key path for the first time at once.
 private final class RacingOperation: Operation, @unchecked Sendable {
     // @unchecked Sendable: `_hits` is atomic and `doubled` is read only.
@@ -216,6 +249,19 @@ struct ComputedKeyPathTests {
         queue.addOperation(operation)
         #expect(staysFalse { ran.opened })
         operation.phase = .armed
+        #expect(ran.wait())
+        #expect(queue.waitUntilAllOperationsAreFinished(timeout: patience))
+    }
+
+    @Test("a state kept by a property wrapper (stored as _state: LockedState<State>) is named, and the queue starts the operation when it is announced")
+    func propertyWrapperState() {
+        let queue = makeQueue("computed-wrapped")
+        let ran = Gate()
+        let operation = WrappedStateOperation()
+        operation.completionBlock = { ran.open() }
+        queue.addOperation(operation)
+        #expect(staysFalse { ran.opened })
+        operation.makeReady()
         #expect(ran.wait())
         #expect(queue.waitUntilAllOperationsAreFinished(timeout: patience))
     }

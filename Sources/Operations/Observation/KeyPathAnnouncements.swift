@@ -174,8 +174,10 @@ enum KeyPathNames {
     /// that a subclass can override (Swift prints such a key path without
     /// its name), when the class says which of its keys its lifecycle keys
     /// depend on: the one such key `k` for which the class stores a
-    /// property named `k` or `_k` of the key path's value type (the usual
-    /// `private var _state: State` behind `var state: State`). Nil when
+    /// property named `k` or `_k` of the key path's value type, or of one
+    /// generic wrapper of it (the usual `private var _state: State` behind
+    /// `var state: State`, a property wrapper's `_state: Atomic<State>`, a
+    /// `Mutex<State>`). Nil when
     /// none or more than one matches, and for a value type of the standard
     /// library (`Bool`, `Int`, `String`, optionals…): many properties share
     /// those, so a match would be a guess. A type of the program's own,
@@ -189,8 +191,15 @@ enum KeyPathNames {
         let sources = DependentKeys.ownSourceKeys(in: type)
         guard !sources.isEmpty, !String(reflecting: valueType).hasPrefix("Swift.") else { return nil }
         let stored = storedProperties(of: type)
+        // The value itself, or the value inside one generic wrapper: a
+        // property wrapper (`@Atomic var state: State` stores `_state:
+        // Atomic<State>`) or a lock that holds it (`Mutex<State>`).
+        let wrapped = "<" + String(reflecting: valueType) + ">"
         let matches = sources.filter { source in
-            stored.contains { $0.type == valueType && ($0.name == source || $0.name == "_" + source) }
+            stored.contains { field in
+                guard field.name == source || field.name == "_" + source else { return false }
+                return field.type == valueType || String(reflecting: field.type).hasSuffix(wrapped)
+            }
         }
         return matches.count == 1 ? matches[0] : nil
     }

@@ -106,7 +106,8 @@ public struct OperationMisuse: Error, Sendable, CustomStringConvertible {
         /// and the operation may never start or finish. The library names
         /// such a key path itself when exactly one of the class's own
         /// dependent keys, say `state`, has a stored property `state` or
-        /// `_state` of the key path's value type, and that type is the
+        /// `_state` of the key path's value type (or of one generic wrapper
+        /// of it, such as a property wrapper's), and that type is the
         /// program's own (not `Int`, `Bool` or another type of the standard
         /// library, which many properties share); otherwise it reports
         /// this, once per class and key path. Announce the property by name
