@@ -42,6 +42,15 @@ final class ObservationRegistry: @unchecked Sendable {
 
     var isEmpty: Bool { lock.withLock { entries.isEmpty } }
 
+    /// The keys observers registered by name (each once).
+    func observedKeys() -> [String] {
+        lock.withLock {
+            var keys: [String] = []
+            for entry in entries { if let key = entry.key, !keys.contains(key) { keys.append(key) } }
+            return keys
+        }
+    }
+
     private func snapshot(for key: String) -> [AnyObserverEntry] {
         lock.withLock { entries.filter { $0.key == nil || $0.key == key } }
     }
@@ -76,7 +85,7 @@ class AnyObserverEntry: @unchecked Sendable {
 /// An observer of one value of `Root`, read with `read`.
 final class ObserverEntry<Root: AnyObject, Value>: AnyObserverEntry, @unchecked Sendable {
     // @unchecked Sendable: `read` captures only a key path or a key string;
-    // `pendingOld` and `lastValue` are guarded by `stateLock`.
+    // `pendingOld`, `lastValue` and `readingThreads` are guarded by `stateLock`.
     private let options: ObservationOptions
     private let read: (Root) -> Value
     private let handler: @Sendable (Root, ObservedChange<Value>) -> Void
@@ -91,6 +100,9 @@ final class ObserverEntry<Root: AnyObject, Value>: AnyObserverEntry, @unchecked 
     /// value: taking another thread's would give that thread the wrong one.
     private var pendingOld: [(thread: UInt, value: Value)] = []
     private var lastValue: Value?
+    /// Threads reading the value of an unnamed key path for this observer
+    /// (see `didChange`).
+    private var readingThreads: [UInt] = []
     /// Pending old values kept at most per thread: a will-change never
     /// followed by its did-change (a subclass's mistake) must not grow the
     /// list forever, and evicts only its own thread's oldest value.
@@ -111,7 +123,12 @@ final class ObserverEntry<Root: AnyObject, Value>: AnyObserverEntry, @unchecked 
     /// Records the current value for change detection (derived entries) and
     /// delivers the `.initial` notification if requested.
     func start(on root: Root) {
+        // An unnamed key path's getter that announces a key while it is
+        // first read must not be taken for a change (see `didChange`).
+        let thread = Platform.currentThreadToken()
+        if key == nil { stateLock.withLock { readingThreads.append(thread) } }
         let value = read(root)
+        if key == nil { stateLock.withLock { if let index = readingThreads.firstIndex(of: thread) { readingThreads.remove(at: index) } } }
         // A value recorded meanwhile (a concurrent change) may hold user
         // objects: released after unlocking.
         let replaced: Value? = stateLock.withLock {
@@ -149,10 +166,25 @@ final class ObserverEntry<Root: AnyObject, Value>: AnyObserverEntry, @unchecked 
 
     override func didChange(_ object: AnyObject) {
         guard let root = object as? Root else { return }
-        let new = read(root)
         if key == nil {
             // A key path the library cannot name: report it when an
-            // announced change altered its value.
+            // announced change altered its value. Its getter is read on
+            // every announcement of any key; a getter that announces a key
+            // itself would start the read again, forever (probe 41): a
+            // thread already reading it for this observer skips the nested
+            // announcement (Foundation would not tell this observer of an
+            // unrelated key at all).
+            let thread = Platform.currentThreadToken()
+            let entered = stateLock.withLock { () -> Bool in
+                guard !readingThreads.contains(thread) else { return false }
+                readingThreads.append(thread)
+                return true
+            }
+            guard entered else { return }
+            let new = read(root)
+            stateLock.withLock {
+                if let index = readingThreads.firstIndex(of: thread) { readingThreads.remove(at: index) }
+            }
             let old: Value? = stateLock.withLock {
                 let previous = lastValue
                 lastValue = new
@@ -166,6 +198,7 @@ final class ObserverEntry<Root: AnyObject, Value>: AnyObserverEntry, @unchecked 
             ))
             return
         }
+        let new = read(root)
         let thread = Platform.currentThreadToken()
         // The replaced `lastValue` may hold operations: released after
         // unlocking, with the old value.

@@ -43,22 +43,34 @@ extension Operation {
         }
     }
 
-    /// `key` followed by the lifecycle keys that depend on it (see
-    /// `keyPathsForValuesAffectingValue(forKey:)`).
+    /// `key` followed by the keys that depend on it, directly or through
+    /// other keys (see `keyPathsForValuesAffectingValue(forKey:)`), as
+    /// Foundation's KVO follows them: the lifecycle keys, which the library
+    /// acts on, and, while the operation is observed, the other keys its
+    /// observers registered by name.
     private func announcedKeys(for key: String) -> [String] {
-        let dependents = DependentKeys.keys(affectedBy: key, in: type(of: self))
-        return dependents.isEmpty ? [key] : [key] + dependents
+        let type = type(of: self)
+        var keys = [key] + DependentKeys.keys(affectedBy: key, in: type)
+        guard loadState().isObserved, let registry = withStateLock({ _ in extras?.observers }) else { return keys }
+        for observed in registry.observedKeys() where !keys.contains(observed) && !DependentKeys.lifecycleKeys.contains(observed) {
+            if DependentKeys.closure(of: observed, in: type).contains(key) { keys.append(observed) }
+        }
+        return keys
     }
 }
 
-/// The lifecycle keys that depend on other keys, per class, from
-/// `Operation.keyPathsForValuesAffectingValue(forKey:)`.
+/// The keys that depend on other keys, per class, from
+/// `Operation.keyPathsForValuesAffectingValue(forKey:)`, followed through
+/// every level (a key that depends on a key that depends on `k` depends on
+/// `k`), as Foundation's KVO follows them.
 enum DependentKeys {
     /// The keys whose dependencies are looked up.
     static let lifecycleKeys = ["isReady", "isExecuting", "isFinished", "isCancelled", "isAsynchronous", "isConcurrent"]
 
     /// Per class: announced key → lifecycle keys it affects.
     private static let cache = LockedValue<[ObjectIdentifier: [String: [String]]]>([:])
+    /// Per class: key → every key it depends on, through every level.
+    private static let closures = LockedValue<[ObjectIdentifier: [String: Set<String>]]>([:])
 
     /// The lifecycle keys that announcing `key` also announces for `type`.
     static func keys(affectedBy key: String, in type: Operation.Type) -> [String] {
@@ -67,18 +79,34 @@ enum DependentKeys {
 
     /// The keys of `type`'s own that some lifecycle key depends on (`state`
     /// in the usual pattern): every key `keyPathsForValuesAffectingValue`
-    /// names, except the lifecycle keys themselves.
+    /// names, at any level, except the lifecycle keys themselves.
     static func ownSourceKeys(in type: Operation.Type) -> [String] {
         table(for: type).keys.filter { !lifecycleKeys.contains($0) }.sorted()
+    }
+
+    /// Every key that `key` depends on for `type`, through every level,
+    /// without `key` itself. Call with no lock held: it asks the class
+    /// method, which is user code (once per class and key).
+    static func closure(of key: String, in type: Operation.Type) -> Set<String> {
+        let id = ObjectIdentifier(type)
+        if let known = closures.withLock({ $0[id]?[key] }) { return known }
+        var found: Set<String> = []
+        var pending = [key]
+        while let next = pending.popLast() {
+            for source in type.keyPathsForValuesAffectingValue(forKey: next) where source != key && found.insert(source).inserted {
+                pending.append(source)
+            }
+        }
+        closures.withLock { $0[id, default: [:]][key] = found }
+        return found
     }
 
     private static func table(for type: Operation.Type) -> [String: [String]] {
         let id = ObjectIdentifier(type)
         if let known = cache.withLock({ $0[id] }) { return known }
-        // The class method is user code: asked outside the lock.
         var inverse: [String: [String]] = [:]
         for lifecycleKey in lifecycleKeys {
-            for source in type.keyPathsForValuesAffectingValue(forKey: lifecycleKey) where source != lifecycleKey {
+            for source in closure(of: lifecycleKey, in: type).sorted() {
                 inverse[source, default: []].append(lifecycleKey)
             }
         }

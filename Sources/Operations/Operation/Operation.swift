@@ -431,6 +431,13 @@ open class Operation: @unchecked Sendable {
     ///
     /// Then `willChangeValue(forKey: "state")` / `didChangeValue(forKey: "state")`
     /// notify observers of those keys and make the queue re-read them.
+    ///
+    /// As in Foundation, dependencies are followed through every level (if
+    /// `isFinished` depends on `status` and `status` on `rawStatus`,
+    /// announcing `rawStatus` announces both), and they apply to any key:
+    /// an observer registered by name for a key of your own (`summary`,
+    /// depending on `state`) is told when `state` is announced. The method
+    /// is asked once per class and key.
     open class func keyPathsForValuesAffectingValue(forKey key: String) -> Set<String> {
         []
     }
