@@ -125,7 +125,7 @@ enum KeyPathNames {
     /// name Swift reports for a stored property (its path after the root
     /// type: `\Download.state` is `"state"`), else, for an operation class,
     /// the one key of its own that its lifecycle keys depend on and that
-    /// the key path stands for (``computedName(valueType:in:)``), else the
+    /// the key path stands for (``computedName(valueType:in:sources:)``), else the
     /// whole description. The last reaches only observers of that key
     /// path, which re-read their value on any announcement, and no observer
     /// registered by name.
@@ -143,7 +143,8 @@ enum KeyPathNames {
         let operationType = type(of: announcer)
         let resolution = Resolution(operationType: ObjectIdentifier(operationType), keyPath: keyPath)
         if let key = resolved.withLock({ $0[resolution] }) { return key }
-        let name = computedName(valueType: valueType, in: operationType)
+        let sources = DependentKeys.ownSourceKeys(in: operationType)
+        let name = computedName(valueType: valueType, in: operationType, sources: sources)
         let key = name ?? description
         // Another thread may have resolved it meanwhile: the first answer
         // stays, and only the thread that stored it reports.
@@ -152,7 +153,7 @@ enum KeyPathNames {
             table[resolution] = key
             return true
         }
-        if stored, name == nil { reportUnnamed(description, in: operationType, by: announcer) }
+        if stored, name == nil, !sources.isEmpty { reportUnnamed(description, sources: sources, by: announcer) }
         return key
     }
 
@@ -187,8 +188,7 @@ enum KeyPathNames {
     /// name, so `willChangeValue(for: \.state)` also announces the
     /// `isReady`, `isExecuting` and `isFinished` that depend on `state`:
     /// ported operations rely on it to start and finish.
-    private static func computedName(valueType: Any.Type, in type: Operation.Type) -> String? {
-        let sources = DependentKeys.ownSourceKeys(in: type)
+    private static func computedName(valueType: Any.Type, in type: Operation.Type, sources: [String]) -> String? {
         guard !sources.isEmpty, !String(reflecting: valueType).hasPrefix("Swift.") else { return nil }
         let stored = storedProperties(of: type)
         // The value itself, or the value inside one generic wrapper: a
@@ -208,7 +208,7 @@ enum KeyPathNames {
     /// `Operation` declare: names and types from the type's metadata. No
     /// instance is read.
     private static func storedProperties(of type: Operation.Type) -> [(name: String, type: Any.Type)] {
-        var own: [(name: String, type: Any.Type, offset: Int)] = []
+        var own: [(name: String, type: Any.Type)] = []
         var library: Set<Int> = []
         // `_EachFieldOptions.classType` (its raw value: the stdlib declares
         // the constant as a mutable static).
@@ -218,19 +218,18 @@ enum KeyPathNames {
             return true
         }
         _ = _forEachField(of: type, options: classType) { name, offset, fieldType, _ in
-            if !library.contains(offset) { own.append((String(cString: name), fieldType, offset)) }
+            if !library.contains(offset) { own.append((String(cString: name), fieldType)) }
             return true
         }
-        return own.map { ($0.name, $0.type) }
+        return own
     }
 
     /// A key path that could not be named was announced on an operation
-    /// class whose lifecycle keys depend on keys of its own: it was probably
-    /// meant to announce one of them, and cannot. Reported once per class
-    /// and key path (the caller caches the key), never refused.
-    private static func reportUnnamed(_ description: String, in type: Operation.Type, by announcer: Operation) {
-        let sources = DependentKeys.ownSourceKeys(in: type)
-        guard !sources.isEmpty else { return }
+    /// class whose lifecycle keys depend on keys of its own (`sources`): it
+    /// was probably meant to announce one of them, and cannot. Reported
+    /// once per class and key path (the caller caches the key), never
+    /// refused.
+    private static func reportUnnamed(_ description: String, sources: [String], by announcer: Operation) {
         let names = sources.map { "\"\($0)\"" }.joined(separator: ", ")
         _ = OperationMisuse.reportTolerated(
             .unnamedKeyPathAnnouncement,

@@ -125,10 +125,12 @@ final class ObserverEntry<Root: AnyObject, Value>: AnyObserverEntry, @unchecked 
     func start(on root: Root) {
         // An unnamed key path's getter that announces a key while it is
         // first read must not be taken for a change (see `didChange`).
-        let thread = Platform.currentThreadToken()
-        if key == nil { stateLock.withLock { readingThreads.append(thread) } }
-        let value = read(root)
-        if key == nil { stateLock.withLock { if let index = readingThreads.firstIndex(of: thread) { readingThreads.remove(at: index) } } }
+        let value: Value
+        if key == nil, let guarded = guardedRead(root) {
+            value = guarded
+        } else {
+            value = read(root)
+        }
         // A value recorded meanwhile (a concurrent change) may hold user
         // objects: released after unlocking.
         let replaced: Value? = stateLock.withLock {
@@ -164,6 +166,26 @@ final class ObserverEntry<Root: AnyObject, Value>: AnyObserverEntry, @unchecked 
         }
     }
 
+    /// Reads the value with the getter, marking this thread as reading it
+    /// for this observer meanwhile; nil, without reading, when the thread
+    /// already is (the getter itself announced a key). The getter runs
+    /// with no lock held.
+    private func guardedRead(_ root: Root) -> Value? {
+        let thread = Platform.currentThreadToken()
+        let entered = stateLock.withLock { () -> Bool in
+            guard !readingThreads.contains(thread) else { return false }
+            readingThreads.append(thread)
+            return true
+        }
+        guard entered else { return nil }
+        defer {
+            stateLock.withLock {
+                if let index = readingThreads.firstIndex(of: thread) { readingThreads.remove(at: index) }
+            }
+        }
+        return read(root)
+    }
+
     override func didChange(_ object: AnyObject) {
         guard let root = object as? Root else { return }
         if key == nil {
@@ -174,17 +196,7 @@ final class ObserverEntry<Root: AnyObject, Value>: AnyObserverEntry, @unchecked 
             // thread already reading it for this observer skips the nested
             // announcement (Foundation would not tell this observer of an
             // unrelated key at all).
-            let thread = Platform.currentThreadToken()
-            let entered = stateLock.withLock { () -> Bool in
-                guard !readingThreads.contains(thread) else { return false }
-                readingThreads.append(thread)
-                return true
-            }
-            guard entered else { return }
-            let new = read(root)
-            stateLock.withLock {
-                if let index = readingThreads.firstIndex(of: thread) { readingThreads.remove(at: index) }
-            }
+            guard let new = guardedRead(root) else { return }
             let old: Value? = stateLock.withLock {
                 let previous = lastValue
                 lastValue = new
