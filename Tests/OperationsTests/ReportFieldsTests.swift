@@ -365,6 +365,44 @@ func scenarioAsyncCycleHangReportFields() async {
     #expect(report?.operationName == nil && report?.operationTypeName == nil)
 }
 
+/// Each wait for an operation on a cycle names its own call in the hang
+/// report: `waitUntilFinished`, `await finished()`, `await value`.
+func scenarioHangReportNamesTheWait() async {
+    checkBlockingHangReportNamesTheWait()
+
+    let awaited = CycleHangFixture("hang-call-finished")
+    await awaited.first.finished()
+    let awaitedText = awaited.checkCycleReport()?.message ?? ""
+    #expect(awaitedText.contains("await finished() on \(awaited.first.misuseSubject)"), "\(awaitedText)")
+
+    let label = "hang-call-value"
+    let queue = makeQueue(label)
+    let result = ResultOperation<Int, Never> { 7 }
+    result.name = label + "-result"
+    let partner = BlockOperation {}
+    result.addDependency(partner)
+    partner.addDependency(result)
+    let reports = Recorder<OperationReport>()
+    let token = OperationReporting.addObserver { report in
+        guard report.kind == .waitTooLong, report.message.contains(label) else { return }
+        reports.record(report)
+        partner.cancel()
+    }
+    defer { token.cancel() }
+    queue.addOperations([result, partner], waitUntilFinished: false)
+    let value = try? await result.value
+    #expect(value == 7)
+    let valueText = reports.events.first?.message ?? ""
+    #expect(valueText.contains("await value on \(result.misuseSubject)"), "\(valueText)")
+}
+
+func checkBlockingHangReportNamesTheWait() {
+    let blocking = CycleHangFixture("hang-call-blocking")
+    #expect(blocking.first.waitUntilFinished(timeout: patience))
+    let blockingText = blocking.checkCycleReport()?.message ?? ""
+    #expect(blockingText.contains("waitUntilFinished on \(blocking.first.misuseSubject)"), "\(blockingText)")
+}
+
 /// An operation in no queue, on a cycle: its wait's report names the cycle
 /// too (in the text and in the field).
 func scenarioUnqueuedCycleHangReport() {
@@ -415,6 +453,11 @@ struct WaitWarningThresholdTests {
     @Test("an async wait's hang report about a cycle carries the queue and the cycle")
     func asyncCycleHangReport() async {
         await #expect(processExitsWith: .success) { await scenarioAsyncCycleHangReportFields() }
+    }
+
+    @Test("a hang report names the wait: waitUntilFinished, await finished(), await value")
+    func hangReportNamesTheWait() async {
+        await #expect(processExitsWith: .success) { await scenarioHangReportNamesTheWait() }
     }
 
     @Test("the hang report of a blocking add made inside a Swift task says so and names the async add")

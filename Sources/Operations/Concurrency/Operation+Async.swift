@@ -35,14 +35,19 @@ extension Operation {
     /// Foundation, when the queue resumes; a running one when it notices). A wait
     /// that can never end — for the operation from inside its own `async`
     /// body, for one that depends on it, or one queued behind it — is a
-    /// misuse (``OperationMisuse/Code/waitDeadlock``) and returns at once.
+    /// misuse (``OperationMisuse/Code/waitDeadlock``) and returns: at once
+    /// when nothing can change the verdict (the operation's own body awaits
+    /// it), otherwise once the verdict has held for a second, since another
+    /// thread could still end the wait meanwhile (see
+    /// <doc:DiagnosingHangsAndMisuse>).
     public func finished() async {
         _ = await awaitRetirement()
     }
 
     /// Waits for the retirement; returns the misuse if the wait could never
     /// end and a handler refused it.
-    final func awaitRetirement() async -> OperationMisuse? {
+    /// `wait` names the call for a hang report.
+    final func awaitRetirement(wait: String = "await finished()") async -> OperationMisuse? {
         if loadState().isRetired { return nil }
         let running = OperationTaskContext.ownOperation.map { [$0] } ?? []
         let record = WaitRegistry.Record(running: running, target: .operation(self))
@@ -51,7 +56,7 @@ extension Operation {
             return OperationMisuse.reportReturning(.waitDeadlock, subject: .operation(self), "is awaited but can never finish: the wait \(reason)")
         }
         defer { WaitRegistry.shared.end(record) }
-        let watch = HangReport.watch { [self] in self.hangDescription() }
+        let watch = HangReport.watch { [self] in self.hangDescription(wait: wait) }
         defer { watch?.cancel() }
         let gate = ResumeOnce()
         // A wait that other threads could still end is re-checked while it

@@ -169,7 +169,7 @@ open class ResultOperation<Success: Sendable, Failure: Error>: Operation, @unche
     ///   awaiting task cancels the operation.
     public final var value: Success {
         get async throws {
-            if let misuse = await awaitRetirement() { throw misuse }
+            if let misuse = await awaitRetirement(wait: "await value") { throw misuse }
             guard let result else {
                 if !isCancelled, let reason = failure as? DependencyError { throw reason }
                 throw CancellationError()

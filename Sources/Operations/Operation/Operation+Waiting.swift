@@ -64,19 +64,20 @@ extension Operation {
 
     /// What a stuck wait for this operation reports: the operation and its
     /// queue, and the dependency cycle it is on (or else the first one found).
-    final func hangDescription() -> HangDescription {
+    /// `wait` names the call that waits.
+    final func hangDescription(wait: String = "waitUntilFinished") -> HangDescription {
         let own = misuseSubject
         if let queue = owningQueueForAnalysis() {
             let diagnostics = queue.diagnostics()
             return HangDescription(
-                text: "waitUntilFinished on \(own), in:\n" + diagnostics.description,
+                text: "\(wait) on \(own), in:\n" + diagnostics.description,
                 subject: .operation(self, in: queue),
                 cycle: diagnostics.cycles.first { $0.contains(own) } ?? diagnostics.cycles.first
             )
         }
         let cycles = DependencyGraph.cycles(reachableFrom: [self])
         let described = cycles.map { $0.map(\.misuseSubject) }
-        var lines = ["waitUntilFinished on " + OperationQueue.Diagnostics.OperationReport(self, queue: nil, cycles: cycles).description]
+        var lines = ["\(wait) on " + OperationQueue.Diagnostics.OperationReport(self, queue: nil, cycles: cycles).description]
         for cycle in described {
             lines.append("  cycle: " + cycle.joined(separator: " → ") + " (each depends on the next; cancel one to break it)")
         }
