@@ -230,4 +230,69 @@ struct StreamTests {
             "started first", "finished first", "started second", "finished second", "drained",
         ])
     }
+
+    @Test("a consumer that leaves its loop ends the subscription, even while it keeps the sequence: later operations are not held")
+    func eventsEndWhenTheConsumerStops() async throws {
+        let queue = OperationQueue()
+        let events = queue.events
+        let watcher = Task {
+            for await event in events {
+                if case .drained = event { break }
+            }
+        }
+        await queue.addOperation {}
+        try await withTimeLimit { await watcher.value }
+        #expect(!isSubscribed(queue), "still subscribed after the consumer left its loop")
+        let lifetimes = LifetimeTracker()
+        for _ in 0..<200 {
+            await queue.addOperation(lifetimes.track(BlockOperation {}))
+        }
+        try await withTimeLimit { await queue.drained() }
+        #expect(lifetimes.waitForRelease().isEmpty, "finished operations kept alive by an abandoned subscription")
+        withExtendedLifetime(events) {}
+    }
+
+    @Test("a sequence released without being iterated ends its subscription; a timed one too")
+    func eventsEndWhenReleasedUnused() async throws {
+        let queue = OperationQueue()
+        do {
+            let events = queue.events
+            let timed = queue.timedEvents
+            #expect(isSubscribed(queue))
+            withExtendedLifetime((events, timed)) {}
+        }
+        #expect(!isSubscribed(queue))
+        let timed = queue.timedEvents
+        let watcher = Task {
+            for await timedEvent in timed {
+                if case .drained = timedEvent.event { break }
+            }
+        }
+        await queue.addOperation {}
+        try await withTimeLimit { await watcher.value }
+        #expect(!isSubscribed(queue))
+        withExtendedLifetime(timed) {}
+    }
+
+    @Test("a subscription still delivers what was buffered before its consumer began, in order")
+    func eventsBufferedBeforeIteration() async throws {
+        let queue = OperationQueue()
+        queue.maxConcurrentOperationCount = 1
+        let events = queue.events
+        let operation = BlockOperation {}
+        operation.name = "buffered"
+        await queue.addOperation(operation)
+        try await withTimeLimit { await queue.drained() }
+        var seen: [String] = []
+        for await event in events {
+            seen.append(event.description)
+            if case .drained = event { break }
+        }
+        #expect(seen.count == 4 && seen.first?.hasPrefix("added") == true && seen.last == "drained", "\(seen)")
+    }
+}
+
+/// Whether `queue` has an event subscriber.
+private func isSubscribed(_ queue: OperationQueue) -> Bool {
+    queue.hasEventSinks.load(ordering: .acquiring)
 }

@@ -141,20 +141,24 @@ extension OperationQueue {
 
     /// The queue's events (operations added, started and finished;
     /// suspension; draining) as an asynchronous sequence, from now until the
-    /// consumer stops iterating or the queue is deallocated (the sequence
-    /// then ends).
+    /// consumer stops iterating (it leaves its loop, or its task is
+    /// cancelled), the sequence is released without being iterated, or the
+    /// queue is deallocated (the sequence then ends).
     ///
     /// Events arrive in the order the queue's state changed: an operation is
     /// `added` before it is `started`, and `finished` before the queue
     /// reports `drained`. Each access starts a new subscription; events are
-    /// buffered until consumed. A queue with subscribers pays a small cost
-    /// per event. ``timedEvents`` carries the same events with the time each
-    /// happened.
-    public var events: AsyncStream<Event> {
+    /// buffered until consumed. An event holds its operation, so a
+    /// subscription that nobody consumes would keep finished operations
+    /// alive: it ends as soon as its iterator is released, even while the
+    /// sequence itself is still kept. A queue with subscribers pays a small
+    /// cost per event. ``timedEvents`` carries the same events with the time
+    /// each happened.
+    public var events: EventSequence<Event> {
         let (stream, continuation) = AsyncStream<Event>.makeStream()
         let id = subscribe(.plain(continuation))
         continuation.onTermination = { [weak self] _ in self?.unsubscribe(id) }
-        return stream
+        return EventSequence(stream: stream, subscription: EventSubscription { continuation.finish() })
     }
 
     /// An event with the time it happened (see ``events``).
@@ -169,12 +173,56 @@ extension OperationQueue {
     }
 
     /// The queue's events, each with the time it happened, in the order the
-    /// queue's state changed (see ``events``).
-    public var timedEvents: AsyncStream<TimedEvent> {
+    /// queue's state changed; the subscription lasts as that of ``events``.
+    public var timedEvents: EventSequence<TimedEvent> {
         let (stream, continuation) = AsyncStream<TimedEvent>.makeStream()
         let id = subscribe(.timed(continuation))
         continuation.onTermination = { [weak self] _ in self?.unsubscribe(id) }
-        return stream
+        return EventSequence(stream: stream, subscription: EventSubscription { continuation.finish() })
+    }
+
+    /// A subscription to a queue's events (``events``, ``timedEvents``): an
+    /// asynchronous sequence for one consumer.
+    ///
+    /// The subscription begins when the sequence is made and ends when its
+    /// iterator is released (the consumer's loop ended), when the sequence
+    /// is released without being iterated, when the consuming task is
+    /// cancelled, or when the queue is deallocated. Afterwards the sequence
+    /// yields what was buffered before the end, then nil.
+    public struct EventSequence<Element: Sendable>: AsyncSequence, Sendable {
+        /// Iterating never throws.
+        public typealias Failure = Never
+
+        let stream: AsyncStream<Element>
+        let subscription: EventSubscription
+
+        /// Makes the sequence's iterator. A sequence has one consumer: its
+        /// first iterator's release ends the subscription.
+        public func makeAsyncIterator() -> AsyncIterator {
+            AsyncIterator(base: stream.makeAsyncIterator(), iteration: EventIteration(subscription))
+        }
+
+        /// The iterator of an ``EventSequence``; releasing it ends the
+        /// subscription.
+        public struct AsyncIterator: AsyncIteratorProtocol {
+            /// Iterating never throws.
+            public typealias Failure = Never
+
+            var base: AsyncStream<Element>.Iterator
+            let iteration: EventIteration
+
+            /// The next event, or nil once the subscription has ended and
+            /// its buffer is empty.
+            public mutating func next() async -> Element? {
+                await base.next()
+            }
+
+            /// The next event, or nil once the subscription has ended and
+            /// its buffer is empty, awaited on `actor`.
+            public mutating func next(isolation actor: isolated (any Actor)?) async -> Element? {
+                await base.next(isolation: actor)
+            }
+        }
     }
 
     private func subscribe(_ sink: EventSink) -> Int {
@@ -195,6 +243,37 @@ extension OperationQueue {
         }
         withExtendedLifetime(removed) {}
     }
+}
+
+/// The end of one event subscription (`OperationQueue.EventSequence`),
+/// called when the sequence is released (un-iterated, or after its
+/// iterator): it finishes the stream, whose termination handler
+/// unsubscribes, so that no further event is buffered.
+final class EventSubscription: Sendable {
+    private let end: @Sendable () -> Void
+
+    init(_ end: @escaping @Sendable () -> Void) {
+        self.end = end
+    }
+
+    /// Ends the subscription now (idempotent: finishing a stream twice does
+    /// nothing).
+    func finish() { end() }
+
+    deinit { end() }
+}
+
+/// The life of an `EventSequence`'s iterator: ends the subscription when
+/// the consumer releases the iterator (it left its loop), even while the
+/// sequence itself is still held.
+final class EventIteration: Sendable {
+    private let subscription: EventSubscription
+
+    init(_ subscription: EventSubscription) {
+        self.subscription = subscription
+    }
+
+    deinit { subscription.finish() }
 }
 
 /// A subscriber to a queue's events.
