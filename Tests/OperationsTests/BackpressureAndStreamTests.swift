@@ -136,6 +136,113 @@ struct BackpressureTests {
         try await withTimeLimit { await queue.drained() }
         #expect(added.isFinished)
     }
+
+    @Test("adds waiting for room go ahead in arrival order, whichever way the later one waits", arguments: [false, true])
+    func roomInArrivalOrder(laterBlocks: Bool) async throws {
+        for _ in 0..<12 {
+            let queue = OperationQueue()
+            queue.maxConcurrentOperationCount = 1
+            queue.isSuspended = true
+            queue.setPendingLimit(1)
+            #expect(queue.tryAddOperation(BlockOperation {}))
+            let order = Recorder<String>()
+            let first = Task { await queue.addOperation(BlockOperation { order.record("first") }) }
+            #expect(await waitUntilAsync { roomLine(queue) == 1 }, "the first add never waited")
+            let later = BlockOperation { order.record("later") }
+            let laterAdded = AsyncGate()
+            if laterBlocks {
+                spawnThread {
+                    queue.addOperation(later)
+                    laterAdded.open()
+                }
+            } else {
+                Task {
+                    await queue.addOperation(later)
+                    laterAdded.open()
+                }
+            }
+            #expect(await waitUntilAsync { roomLine(queue) == 2 }, "the later add never waited")
+            queue.isSuspended = false
+            try await withTimeLimit { await first.value }
+            #expect(await laterAdded.opened(within: 10))
+            try await withTimeLimit { await queue.drained() }
+            #expect(order.events == ["first", "later"])
+        }
+    }
+
+    @Test("a barrier is never refused for lack of room: under .reject it is added beyond the bound")
+    func barrierUnderReject() {
+        let queue = OperationQueue()
+        queue.isSuspended = true
+        queue.setPendingLimit(1, policy: .reject)
+        #expect(queue.tryAddOperation(BlockOperation {}))
+        let ran = Gate()
+        queue.addBarrierBlock { ran.open() }
+        #expect(queue.operationCount == 2)
+        let refused = BlockOperation {}
+        queue.addOperation(refused)
+        #expect(refused.isCancelled && refused.isFinished, "a plain add is still refused")
+        queue.isSuspended = false
+        #expect(ran.wait(), "the barrier's block never ran")
+        #expect(queue.waitUntilAllOperationsAreFinished(timeout: patience))
+    }
+
+    @Test("room a waiting add was woken for is not taken by a later add")
+    func wokenRoomIsKept() async throws {
+        for _ in 0..<12 {
+            let queue = OperationQueue()
+            queue.isSuspended = true
+            queue.setPendingLimit(1)
+            #expect(queue.tryAddOperation(BlockOperation {}))
+            let waiting = BlockOperation {}
+            let waiter = Task { await queue.addOperation(waiting) }
+            #expect(await waitUntilAsync { roomLine(queue) == 1 })
+            queue.setPendingLimit(2)
+            // The waiter is woken for the one place the new limit makes:
+            // an add that did not wait must not take it.
+            let latecomer = BlockOperation {}
+            let tookTheRoom = queue.tryAddOperation(latecomer)
+            #expect(!tookTheRoom)
+            // Failing, the waiter waits again: let the queue make room.
+            if tookTheRoom { queue.isSuspended = false }
+            try await withTimeLimit { await waiter.value }
+            #expect(queue.operationCount == 2)
+            #expect(roomLine(queue) == 0)
+            queue.isSuspended = false
+            try await withTimeLimit { await queue.drained() }
+            #expect(waiting.isFinished && !waiting.isCancelled)
+        }
+    }
+
+    @Test("a waiter that gives up lets the one behind it go ahead")
+    func cancelledWaiterLeavesTheLine() async throws {
+        let queue = OperationQueue()
+        queue.isSuspended = true
+        queue.setPendingLimit(2)
+        #expect(queue.tryAddOperation(BlockOperation {}))
+        // Two places would be needed: the big batch waits, and keeps the
+        // one place left for itself only while it may go ahead.
+        let big = [BlockOperation {}, BlockOperation {}]
+        let bigAdd = Task { await queue.addOperations(big) }
+        #expect(await waitUntilAsync { roomLine(queue) == 1 })
+        // A small add behind it fits and goes ahead: a batch that does not
+        // fit yet holds back nobody.
+        #expect(queue.tryAddOperation(BlockOperation {}))
+        let small = BlockOperation {}
+        let smallAdd = Task { await queue.addOperation(small) }
+        #expect(await waitUntilAsync { roomLine(queue) == 2 })
+        bigAdd.cancel()
+        try await withTimeLimit { await bigAdd.value }
+        #expect(big.allSatisfy { $0.isCancelled && $0.isFinished })
+        #expect(roomLine(queue) == 1)
+        queue.setPendingLimit(3)
+        try await withTimeLimit { await smallAdd.value }
+        #expect(roomLine(queue) == 0)
+        queue.isSuspended = false
+        try await withTimeLimit { await queue.drained() }
+        #expect(small.isFinished && !small.isCancelled)
+    }
+
 }
 
 @Suite("asynchronous sequences")
@@ -295,4 +402,9 @@ struct StreamTests {
 /// Whether `queue` has an event subscriber.
 private func isSubscribed(_ queue: OperationQueue) -> Bool {
     queue.hasEventSinks.load(ordering: .acquiring)
+}
+
+/// How many adds wait for room in `queue`.
+private func roomLine(_ queue: OperationQueue) -> Int {
+    queue.lock.withLock { queue.roomWaiters.count }
 }

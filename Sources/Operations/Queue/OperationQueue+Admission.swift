@@ -68,7 +68,8 @@ extension OperationQueue {
         barrier: Bool = false,
         collecting: Bool = false,
         contentAnnounced: Bool = false,
-        prevalidated: Bool = false
+        prevalidated: Bool = false,
+        roomTicket waitingTicket: Int? = nil
     ) -> [Operation]? {
         // A class that overrides `isExecuting` or `isFinished` reports its
         // own state: ask it before taking any lock.
@@ -113,9 +114,18 @@ extension OperationQueue {
         var traced: [(Operation, UInt64, Bool)] = []
         var next = operations.startIndex
         var linked = 0
+        // This add's place in line for room under the pending limit, once
+        // it has waited (see `RoomWaiters`); given by an `async` add that
+        // waited before this attempt.
+        var ticket = waitingTicket
         while next != operations.endIndex {
             lock.lock()
-            if linked == 0, state.pendingLimit != nil, !state.hasRoom(for: total), !isCalledFromInside() {
+            // A barrier is never refused for lack of room: its block has no
+            // operation the caller could see cancelled, so refusing it would
+            // lose it. Under `.reject` it is added beyond the bound; under
+            // `.block` it waits in line like any add.
+            if linked == 0, state.pendingLimit != nil, !(barrier && pendingLimitPolicy == .reject),
+               !roomWaiters.fits(total, ticket: ticket, in: state), !isCalledFromInside() {
                 if !prevalidated {
                     lock.unlock()
                     // Misuse first, as an add that found room reports it,
@@ -124,7 +134,7 @@ extension OperationQueue {
                     // make a valid one wait nor get it refused.
                     let valid = removingRefusedAdds(operations.filter { !refusedByGetter.contains(ObjectIdentifier($0)) })
                     if valid.isEmpty { return [] }
-                    return admit(valid, mode: mode, barrier: barrier, collecting: collecting, contentAnnounced: true, prevalidated: true)
+                    return admit(valid, mode: mode, barrier: barrier, collecting: collecting, contentAnnounced: true, prevalidated: true, roomTicket: ticket)
                 }
                 if mode == .attempt {
                     lock.unlock()
@@ -138,8 +148,14 @@ extension OperationQueue {
                     refuseForLackOfRoom(Array(operations))
                     return []
                 }
-                guard waitForRoomLocked(count: total) else { return [] }
+                guard waitForRoomLocked(count: total, ticket: &ticket) else { return [] }
                 continue
+            }
+            if linked == 0, let waited = ticket {
+                // Added: the add leaves the line (its room is now counted
+                // as the queue's own operations).
+                roomWaiters.leave(waited)
+                ticket = nil
             }
             // Large batches are linked in chunks, releasing the lock in
             // between, so that drain loops start on the first operations
@@ -220,21 +236,25 @@ extension OperationQueue {
         return OperationTaskContext.inherited?.queue === self
     }
 
-    /// Waits until the pending limit leaves room for `count` operations.
-    /// Called with `lock` held; returns with it released. Returns false when
-    /// the wait could never end and the add was refused as a misuse.
-    private func waitForRoomLocked(count: Int) -> Bool {
+    /// Waits until the pending limit leaves room for `count` operations,
+    /// in line behind the adds that waited before (`ticket`: this add's
+    /// place once it has one, kept across its waits). Called with `lock`
+    /// held; returns with it released. Returns false when the wait could
+    /// never end and the add was refused as a misuse (it then left the line).
+    private func waitForRoomLocked(count: Int, ticket: inout Int?) -> Bool {
         let signal = WaitSignal()
-        nextRoomWaiterKey += 1
-        let key = nextRoomWaiterKey
-        roomWaiters.append((key, count, { signal.signal() }))
+        guard let registered = roomWaiters.wait(count, ticket: ticket, in: state, resume: { signal.signal() }) else {
+            lock.unlock()
+            return true
+        }
+        ticket = registered
         lock.unlock()
         // From the observers of a finished operation: the queue slot it kept
         // for them may be needed to make room.
         OperationQueue.threadWillBlock(ThreadContext.current)
         let record = WaitRegistry.Record(running: ThreadContext.current.runningOperationsIncludingTask, target: .room(self))
         if let verdict = WaitRegistry.shared.begin(record) {
-            lock.withLock { roomWaiters.removeAll { $0.key == key } }
+            leaveRoomLine(registered)
             reportNoRoomEver(verdict.reason)
             return false
         }
@@ -250,11 +270,25 @@ extension OperationQueue {
             }
         }
         if case .neverEnds(let reason) = outcome {
-            lock.withLock { roomWaiters.removeAll { $0.key == key } }
+            leaveRoomLine(registered)
             reportNoRoomEver(reason)
             return false
         }
         return true
+    }
+
+    /// The add with `ticket` gives up waiting for room: it leaves the line,
+    /// and the adds behind it are woken if that lets them go ahead.
+    /// Idempotent. Call with no lock held.
+    final func leaveRoomLine(_ ticket: Int) {
+        lock.lock()
+        guard roomWaiters.leave(ticket) else {
+            lock.unlock()
+            return
+        }
+        let effects = takeEffectsLocked()
+        lock.unlock()
+        effects.perform(on: self)
     }
 
     /// The operations of `operations` that this queue may add, each once:

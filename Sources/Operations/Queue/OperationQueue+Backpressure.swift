@@ -33,7 +33,12 @@ extension OperationQueue {
     /// can exceed the bound. Lowering the limit below the current count
     /// affects only later adds. When room is made, every waiting add that
     /// now fits goes ahead, in arrival order: a batch that does not fit yet
-    /// does not hold back a smaller add behind it. Misuse (an operation of
+    /// does not hold back a smaller add behind it, and the room a waiting
+    /// add is woken for stays its own (an add behind it, one that never
+    /// waited, and ``tryAddOperation(_:)`` cannot take it). A barrier
+    /// (``addBarrierBlock(_:)``) waits for room under `.block`, and is added
+    /// beyond the bound under `.reject`: its block could not be seen
+    /// refused, so it is never dropped. Misuse (an operation of
     /// another queue, an executing or finished one, one twice in a batch)
     /// is reported as an add with room reports it, before any wait or
     /// refusal for lack of room, and such an operation is left untouched.
@@ -101,22 +106,28 @@ extension OperationQueue {
         // (and is refused if the wait is cancelled).
         let operations = pendingLimit != nil ? removingRefusedAdds(operations) : operations
         if operations.isEmpty { return nil }
+        // This add's place in line once it has waited: kept across its
+        // waits, so that a later add cannot take the room it is woken for.
+        var ticket: Int?
+        defer { if let ticket { leaveRoomLine(ticket) } }
         while true {
-            if admit(operations, mode: .attempt) != nil { return nil }
+            if admit(operations, mode: .attempt, roomTicket: ticket) != nil { return nil }
             if Task.isCancelled {
                 // Only what is still this call's to refuse (another thread
                 // may have queued or started one meanwhile).
                 refuseForLackOfRoom(operations.filter { $0.enqueueRefusal() == nil })
                 return nil
             }
-            if let refusal = await waitForRoomAsync(count: operations.count) { return refusal }
+            if let refusal = await waitForRoomAsync(count: operations.count, ticket: &ticket) { return refusal }
         }
     }
 
-    /// Suspends until there may be room for `count` operations. Returns the
-    /// misuse when the wait could never end (reported; the operations are
-    /// not added), as the blocking add does, else nil.
-    private func waitForRoomAsync(count: Int) async -> OperationMisuse? {
+    /// Suspends until there may be room for `count` operations, in line
+    /// behind the adds that waited before (`ticket`: this add's place, set
+    /// on its first wait). Returns the misuse when the wait could never end
+    /// (reported; the operations are not added), as the blocking add does,
+    /// else nil.
+    private func waitForRoomAsync(count: Int, ticket: inout Int?) async -> OperationMisuse? {
         // Registered like a blocking wait for room, so that the deadlock
         // checks see what this body waits for (and other waits see it).
         let running = OperationTaskContext.ownOperation.map { [$0] } ?? []
@@ -128,34 +139,26 @@ extension OperationQueue {
         let gate = ResumeOnce()
         let deadlockWatch = WaitRegistry.shared.watch(record) { gate.resume() }
         defer { deadlockWatch?.cancel() }
-        let key = LockedValue<Int?>(nil)
+        let place = LockedValue<Int?>(ticket)
         let watch = HangReport.watch { [self] in .queue(self, "await addOperation waits for room under the pending limit of:") }
         defer { watch?.cancel() }
         await withTaskCancellationHandler {
             await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
                 gate.install(continuation)
-                let registered = lock.withLock { () -> Int? in
-                    if state.hasRoom(for: count) { return nil }
-                    nextRoomWaiterKey += 1
-                    roomWaiters.append((nextRoomWaiterKey, count, { gate.resume() }))
-                    return nextRoomWaiterKey
+                let current = place.withLock { $0 }
+                let registered = lock.withLock {
+                    roomWaiters.wait(count, ticket: current, in: state, resume: { gate.resume() })
                 }
-                if let registered { key.withLock { $0 = registered } } else { gate.resume() }
+                if let registered { place.withLock { $0 = registered } } else { gate.resume() }
             }
         } onCancel: {
             gate.resume()
         }
-        // A cancelled wait leaves nothing behind.
-        if let registered = key.withLock({ $0 }) {
-            let removed = lock.withLock { () -> [(key: Int, count: Int, resume: @Sendable () -> Void)] in
-                let removed = roomWaiters.filter { $0.key == registered }
-                roomWaiters.removeAll { $0.key == registered }
-                return removed
-            }
-            withExtendedLifetime(removed) {}
-        }
+        // The caller keeps its place for its next wait, and leaves the line
+        // when it is added or gives up.
+        ticket = place.withLock { $0 }
         // A verdict confirmed just as room was made is moot.
-        if let verdict = deadlockWatch?.verdict, !lock.withLock({ state.hasRoom(for: count) }) {
+        if let verdict = deadlockWatch?.verdict, !lock.withLock({ roomWaiters.fits(count, ticket: ticket, in: state) }) {
             return reportNoRoomEver(verdict.reason)
         }
         return nil

@@ -86,22 +86,12 @@ extension OperationQueue {
             changeWaiters = []
         }
         if !roomWaiters.isEmpty {
-            // Every waiter that fits, in arrival order, counting the room
-            // the earlier ones will take. Not only the first ones: a batch
-            // that does not fit yet must not hold back a later add that
-            // does, which the batch may be waiting for (probe 7).
-            var taken = 0
-            var index = 0
-            while index < roomWaiters.count {
-                let waiter = roomWaiters[index]
-                guard state.hasRoom(for: taken + waiter.count) else {
-                    index += 1
-                    continue
-                }
-                taken += waiter.count
-                roomWaiters.remove(at: index)
-                effects.addingWakeups().resumptions.append(waiter.resume)
-            }
+            // Every waiter that may go ahead now, in arrival order, counting
+            // the room the earlier ones are entitled to. Not only the first
+            // ones: a batch that does not fit yet must not hold back a later
+            // add that does, which the batch may be waiting for (probe 7).
+            let wakeups = roomWaiters.takeWakeups(in: state)
+            if !wakeups.isEmpty { effects.addingWakeups().resumptions.append(contentsOf: wakeups) }
         }
         return effects
     }

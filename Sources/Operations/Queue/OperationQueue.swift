@@ -81,8 +81,7 @@ open class OperationQueue: @unchecked Sendable {
     /// Threads waiting for any change (main-thread waits that run operations inline).
     @exclusivity(unchecked) final var changeWaiters: [WaitSignal] = []
     /// Producers waiting for room under the pending limit, in arrival order.
-    @exclusivity(unchecked) final var roomWaiters: [(key: Int, count: Int, resume: @Sendable () -> Void)] = []
-    @exclusivity(unchecked) final var nextRoomWaiterKey = 0
+    @exclusivity(unchecked) final var roomWaiters = RoomWaiters()
     /// Subscribers to `events`, by id.
     @exclusivity(unchecked) final var eventSinks: [Int: EventSink] = [:]
     @exclusivity(unchecked) final var nextEventSinkID = 0
@@ -387,6 +386,10 @@ open class OperationQueue: @unchecked Sendable {
     /// its block does not run. A cancelled barrier finishes at once and
     /// holds nothing back; operations added after it still wait for every
     /// earlier barrier that has not finished.
+    ///
+    /// Under a pending limit (``setPendingLimit(_:policy:)``) the barrier
+    /// waits for room with the `.block` policy, and is added beyond the
+    /// bound with `.reject`: it is never refused.
     open func addBarrierBlock(_ barrier: @escaping @Sendable () -> Void) {
         admit(CollectionOfOne(BarrierOperation(block: barrier)), mode: .synchronous, barrier: true)
     }

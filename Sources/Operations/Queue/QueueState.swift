@@ -432,12 +432,13 @@ struct QueueState {
         count > 0 && usedSlots == 0 && readyCount == 0 && loops.busy == 0 && !isSuspended
     }
 
-    /// Whether `added` more operations fit under the pending limit. An empty
-    /// queue always accepts, so that a batch larger than the limit cannot
-    /// wait forever.
-    func hasRoom(for added: Int) -> Bool {
-        guard let pendingLimit, count > 0 else { return true }
-        return added <= pendingLimit - count
+    /// Whether `added` more operations fit under the pending limit, after
+    /// `reserved` more that earlier adds are entitled to. An empty queue
+    /// with nothing reserved always accepts, so that a batch larger than the
+    /// limit cannot wait forever.
+    func hasRoom(for added: Int, after reserved: Int = 0) -> Bool {
+        guard let pendingLimit, count > 0 || reserved > 0 else { return true }
+        return added <= pendingLimit - count - reserved
     }
 
     // MARK: Lanes
