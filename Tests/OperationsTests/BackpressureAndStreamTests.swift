@@ -381,6 +381,27 @@ struct StreamTests {
         withExtendedLifetime(timed) {}
     }
 
+    @Test("setting isSuspended to the value it has is no event")
+    func suspensionEventsOnlyOnChange() async throws {
+        let queue = OperationQueue()
+        let events = queue.events
+        queue.isSuspended = false
+        queue.isSuspended = true
+        queue.isSuspended = true
+        queue.isSuspended = false
+        queue.isSuspended = false
+        await queue.addOperation {}
+        let seen = try await withTimeLimit {
+            var seen: [String] = []
+            for await event in events {
+                if case .suspended(let suspended) = event { seen.append(suspended ? "suspended" : "resumed") }
+                if case .drained = event { break }
+            }
+            return seen
+        }
+        #expect(seen == ["suspended", "resumed"])
+    }
+
     @Test("a subscription still delivers what was buffered before its consumer began, in order")
     func eventsBufferedBeforeIteration() async throws {
         let queue = OperationQueue()

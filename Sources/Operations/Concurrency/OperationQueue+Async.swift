@@ -122,7 +122,8 @@ extension OperationQueue {
         case started(Operation)
         /// An operation finished and left the queue.
         case finished(Operation)
-        /// The queue was suspended (true) or resumed (false).
+        /// The queue was suspended (true) or resumed (false). Setting
+        /// ``OperationQueue/isSuspended`` to the value it has is no event.
         case suspended(Bool)
         /// The queue became empty.
         case drained

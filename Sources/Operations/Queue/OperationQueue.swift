@@ -249,8 +249,11 @@ open class OperationQueue: @unchecked Sendable {
             guard kind == .pool else { return }
             notifyWillChange(["isSuspended"])
             let effects = lock.withLock { () -> QueueEffects in
+                // An event tells of a change: setting the value it has
+                // already is announced to key-value observers, as every set
+                // is, but is not an event.
+                if state.isSuspended != newValue { emitLocked(.suspended(newValue)) }
                 state.isSuspended = newValue
-                emitLocked(.suspended(newValue))
                 return takeEffectsLocked()
             }
             // Tell observers before any operation can start because of it.
