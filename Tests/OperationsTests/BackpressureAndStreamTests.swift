@@ -187,6 +187,38 @@ struct BackpressureTests {
         #expect(queue.waitUntilAllOperationsAreFinished(timeout: patience))
     }
 
+    @Test("a waiting add refused once the policy became .reject leaves the line: the queue accepts adds again")
+    func refusedWaiterLeavesTheLine() {
+        var refusals = 0
+        for _ in 0..<20 {
+            let queue = OperationQueue()
+            queue.isSuspended = true
+            queue.setPendingLimit(1, policy: .block)
+            #expect(queue.tryAddOperation(BlockOperation {}))
+            let waiting = BlockOperation {}
+            let returned = Gate()
+            spawnThread {
+                queue.addOperation(waiting)
+                returned.open()
+            }
+            #expect(waitUntil { roomLine(queue) == 1 }, "the add never waited")
+            // Woken for the room the raise makes, then, before it looks
+            // again, the room is gone and the policy refuses.
+            queue.setPendingLimit(2, policy: .block)
+            queue.setPendingLimit(1, policy: .reject)
+            #expect(returned.wait(), "the waiting add never returned")
+            if waiting.isCancelled { refusals += 1 }
+            #expect(roomLine(queue) == 0, "a refused add kept its place in line")
+            queue.isSuspended = false
+            #expect(queue.waitUntilAllOperationsAreFinished(timeout: patience))
+            #expect(queue.tryAddOperation(BlockOperation {}), "the empty queue refused an add")
+            #expect(queue.waitUntilAllOperationsAreFinished(timeout: patience))
+        }
+        // Which of the two ways each round goes is the scheduler's choice;
+        // the rounds that refused are the ones that test the fix.
+        print("refused in \(refusals) of 20 rounds")
+    }
+
     @Test("room a waiting add was woken for is not taken by a later add")
     func wokenRoomIsKept() async throws {
         for _ in 0..<12 {

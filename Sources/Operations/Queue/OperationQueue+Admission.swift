@@ -118,6 +118,11 @@ extension OperationQueue {
         // it has waited (see `RoomWaiters`); given by an `async` add that
         // waited before this attempt.
         var ticket = waitingTicket
+        // A place this call took must be given up on every way out that
+        // does not add (a waiting add refused under `.reject` once the
+        // policy changed, probe 43): a stale place would keep claiming room.
+        // The `async` caller's own place is its to give up.
+        defer { if let ticket, ticket != waitingTicket { leaveRoomLine(ticket) } }
         while next != operations.endIndex {
             lock.lock()
             // A barrier is never refused for lack of room: its block has no
@@ -145,6 +150,13 @@ extension OperationQueue {
                 }
                 if pendingLimitPolicy == .reject {
                     lock.unlock()
+                    // An add that waited under `.block` and finds no room
+                    // once the policy is `.reject` leaves the line before
+                    // it is refused.
+                    if let waited = ticket {
+                        leaveRoomLine(waited)
+                        ticket = nil
+                    }
                     refuseForLackOfRoom(Array(operations))
                     return []
                 }
