@@ -63,6 +63,30 @@ struct ObservabilityTests {
         }
     }
 
+    @Test("a start by hand that is refused is no start: instruments hear nothing of it")
+    func refusedStartIsNoStart() {
+        let seen = Recorder<String>()
+        let token = OperationInstrumentation.addInstrument { event in
+            guard let name = event.operation.name, name.hasPrefix("refused-start-") else { return }
+            seen.record("\(event.kind) \(name)")
+        }
+        defer { token.cancel() }
+        let finished = BlockOperation {}
+        finished.name = "refused-start-finished"
+        finished.start()
+        let blocked = BlockOperation {}
+        blocked.name = "refused-start-not-ready"
+        blocked.addDependency(BlockOperation {})
+        let misuses = Recorder<OperationMisuse.Code>()
+        OperationMisuse.withHandler({ misuses.record($0.code) }) {
+            finished.start()
+            blocked.start()
+        }
+        #expect(misuses.count == 2)
+        #expect(seen.events == ["started refused-start-finished", "finished refused-start-finished"], "\(seen.events)")
+        #expect(!blocked.isExecuting && !blocked.isFinished)
+    }
+
     @Test("instruments are told every operation finished before the queue's waiters wake")
     func instrumentsBeforeIdle() {
         let queue = makeQueue("instrumented-idle")

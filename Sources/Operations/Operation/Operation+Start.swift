@@ -39,15 +39,22 @@ extension Operation {
         // super.start()`, also when its queue made the call: the finish
         // consumed the queue's mark). Not a start, and not a misuse.
         if snapshot.finishedWithoutBaseStart { return }
-        let queueCall = snapshot.isQueueStart
-        if !queueCall { captureContextIfNeeded() }
-        if !queueCall, TraceRecorder.isActive {
+        performBaseStart(queueCall: snapshot.isQueueStart)?.run()
+    }
+
+    /// A start by hand has passed its checks and is about to run (or skip)
+    /// the body: the context of the calling code is captured for the body,
+    /// and the recorder and instruments hear of the start. Not before the
+    /// checks: a refused start changes nothing and is no start (probe 44:
+    /// a span opened for it never ended).
+    private func manualStartCommitted() {
+        captureContextIfNeeded()
+        if TraceRecorder.isActive {
             let time = monotonicNanoseconds()
             TraceRecorder.shared.describe(self, queue: nil, at: time)
             TraceRecorder.shared.record(.started, self, queue: nil, at: time)
         }
-        if !queueCall, OperationInstrumentation.isActive { OperationInstrumentation.emit(.started, self, queue: nil) }
-        performBaseStart(queueCall: queueCall)?.run()
+        if OperationInstrumentation.isActive { OperationInstrumentation.emit(.started, self, queue: nil) }
     }
 
     /// Starts this operation for its queue, which has dequeued it.
@@ -84,6 +91,7 @@ extension Operation {
         // One compare-and-swap for the plain case: no dependencies,
         // observers, cancellation or failure policy, readiness not user code.
         if queueCall || !overrides(.isReady), tryFastStart(byQueue: queueCall) {
+            if !queueCall { manualStartCommitted() }
             return withThreadContext { runBodyAndFinish() }
         }
         var state = loadState()
@@ -104,10 +112,10 @@ extension Operation {
         }
         // From here the thread runs this operation: observers of its
         // lifecycle (which may wait) are recognised as running inside it.
-        return withThreadContext { startValidated(state: state, cancelled: cancelled) }
+        return withThreadContext { startValidated(state: state, cancelled: cancelled, queueCall: queueCall) }
     }
 
-    private func startValidated(state: OperationState, cancelled: Bool) -> FinishPlan? {
+    private func startValidated(state: OperationState, cancelled: Bool, queueCall: Bool) -> FinishPlan? {
         let observed = state.isObserved
         let predicted: [String] = cancelled ? ["isFinished"] : ["isExecuting"]
         if observed { notifyWillChange(predicted) }
@@ -117,6 +125,7 @@ extension Operation {
         let decision = withStateLock { $0.beginBaseStart(announcedRun: observed && !cancelled) }
         switch decision {
         case .run:
+            if !queueCall { manualStartCommitted() }
             if observed {
                 if cancelled {
                     // Unreachable with the base state (cancellation is never
@@ -128,6 +137,7 @@ extension Operation {
             }
             return runBodyAndFinish()
         case .skipCancelled:
+            if !queueCall { manualStartCommitted() }
             // Only when "will isFinished" was the announcement (or none was).
             discardUnrunBody()
             return bodyDidFinish(wasExecuting: false, announced: observed)
