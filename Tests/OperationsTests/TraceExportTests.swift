@@ -215,6 +215,34 @@ struct TraceExportTests {
         #expect(svg.contains("step\u{FFFD}one"))
     }
 
+    @Test("stop() with nothing recording gives an empty trace that lasted no time (probe 44)")
+    func stopWithoutRecording() {
+        #expect(!OperationTracing.isRecording)
+        let never = OperationTracing.stop()
+        #expect(never.operations.isEmpty)
+        #expect(never.duration == 0, "duration \(never.duration) ns")
+        #expect(OperationTracing.start())
+        let recorded = OperationTracing.stop()
+        let again = OperationTracing.stop()
+        #expect(again.duration == 0, "a second stop reported \(again.duration) ns after \(recorded.duration)")
+        #expect(again.svgTimeline().contains("0 operations"))
+    }
+
+    @Test("SVG timeline: a width beyond the range is brought into it, not trapped on (probe 44)")
+    func svgHugeWidth() async {
+        await #expect(processExitsWith: .success) {
+            #expect(OperationTracing.start())
+            let operation = BlockOperation {}
+            operation.name = "svg-wide"
+            operation.start()
+            let trace = OperationTracing.stop()
+            let widest = trace.svgTimeline(width: .max)
+            #expect(widest.contains("width=\"1000150\""))
+            #expect((try? XMLDocument(xmlString: widest, options: [])) != nil)
+            #expect(trace.svgTimeline(width: .min).contains("width=\"350\""))
+        }
+    }
+
     @Test("a stopped recorder records nothing, and only one recording runs at a time")
     func recorderSessions() {
         #expect(OperationTracing.start())

@@ -2,6 +2,9 @@
 // any browser shows, with no tool to install.
 
 extension OperationTrace {
+    /// The widest drawing `svgTimeline(width:)` makes, in pixels.
+    static let maximumSVGWidth = 1_000_000
+
     /// The trace as a self-contained SVG timeline.
     ///
     /// One row per thread that started operations, time running left to
@@ -14,10 +17,12 @@ extension OperationTrace {
     /// from the end of the dependency's bar to the start of the dependent's.
     /// A legend names the colours.
     ///
-    /// - Parameter width: The width of the drawing area in pixels (at least 200).
+    /// - Parameter width: The width of the drawing area in pixels, from 200
+    ///   to 1,000,000: a width outside that range is brought to the nearer
+    ///   end (`Int.max` draws 1,000,000 pixels wide).
     /// - Complexity: O(operations + dependency edges).
     public func svgTimeline(width: Int = 1_200) -> String {
-        let plotWidth = Double(max(200, width))
+        let plotWidth = Double(min(max(200, width), Self.maximumSVGWidth))
         let labelWidth = 130.0
         let rowHeight = 26.0
         let top = 40.0
@@ -50,7 +55,10 @@ extension OperationTrace {
         func y(_ worker: Int) -> Double { top + Double(worker) * rowHeight }
         func number(_ value: Double) -> String {
             let rounded = (value * 10).rounded() / 10
-            return rounded == rounded.rounded() ? String(Int(rounded)) : String(rounded)
+            // Whole numbers without a fraction; `Int(exactly:)` also keeps a
+            // value beyond `Int`'s range (or not finite) from trapping.
+            if let whole = Int(exactly: rounded) { return String(whole) }
+            return rounded.isFinite ? String(rounded) : "0"
         }
 
         var svg = """

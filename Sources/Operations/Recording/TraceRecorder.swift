@@ -115,10 +115,17 @@ final class TraceRecorder: @unchecked Sendable {
     }
 
     func stop() -> OperationTrace {
-        let (collected, begin) = lock.withLock { () -> ([ThreadBuffer], UInt64) in
+        let (collected, begin, wasRecording) = lock.withLock { () -> ([ThreadBuffer], UInt64, Bool) in
+            let wasRecording = Self.active.load(ordering: .relaxed)
             Self.active.store(false, ordering: .releasing)
             defer { buffers = [] }
-            return (buffers, startTime)
+            return (buffers, startTime, wasRecording)
+        }
+        // Nothing was recording: an empty trace, which lasted no time (not
+        // the time since the process began, or since an earlier recording).
+        guard wasRecording else {
+            let now = monotonicNanoseconds()
+            return OperationTrace(raw: [], infos: [:], queueNames: [:], threadNames: [:], startTime: now, endTime: now)
         }
         var events: [RawEvent] = []
         var described: [(UInt, OperationInfo)] = []
