@@ -33,7 +33,7 @@ import Operations
 /// | `operations.executing` | `Meter` | started and not finished |
 /// | `operations.wait_duration` | `Timer` | from added to started, per operation |
 /// | `operations.run_duration` | `Timer` | from started to finished, per operation |
-/// | `operations.cancellations` | `Counter` | operations cancelled |
+/// | `operations.cancellations` | `Counter` | operations that left the queue cancelled (counted when they finish, also when cancelled before they were added) |
 /// | `operations.rejections` | `Counter` | operations refused by a pending limit |
 ///
 /// An operation started by hand, outside any queue, is counted in no
@@ -238,12 +238,14 @@ final class MetricsRecorder: Sendable {
 
     /// Records one event.
     func record(_ event: OperationEvent) {
-        // User code (the queue's name, the dimension function) runs before the lock.
+        // User code (the queue's name, the dimension function, an
+        // `isCancelled` override) runs before the lock.
         let name = event.queue.map(queueDimension)
-        state.withLock { state in record(event, queue: name, in: &state) }
+        let finishedCancelled = event.kind == .finished && event.queue != nil && event.operation.isCancelled
+        state.withLock { state in record(event, queue: name, finishedCancelled: finishedCancelled, in: &state) }
     }
 
-    private func record(_ event: OperationEvent, queue name: String?, in state: inout State) {
+    private func record(_ event: OperationEvent, queue name: String?, finishedCancelled: Bool, in state: inout State) {
         let series: QueueSeries? = if let name { self.series(named: name, in: &state) } else { nil }
         let id = ObjectIdentifier(event.operation)
         if let stale = state.entries[id], stale.operation !== event.operation {
@@ -255,8 +257,8 @@ final class MetricsRecorder: Sendable {
             series?.rejections.increment()
             return
         case .cancelled:
-            let known = state.entries[id]?.series ?? series
-            known?.cancellations.increment()
+            // Counted when the operation leaves its queue cancelled (below):
+            // one cancelled before it was added has no queue yet here.
             return
         case .ready, .notReady:
             // A readiness event for an operation no queue has claimed yet
@@ -281,6 +283,7 @@ final class MetricsRecorder: Sendable {
         case .finished:
             entry.finished = event.time
             entry.finishedInQueue = event.queue != nil
+            if finishedCancelled { entry.series?.cancellations.increment() }
         case .cancelled, .rejected: break
         }
         update(&entry, in: &state)

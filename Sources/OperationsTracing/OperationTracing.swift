@@ -245,6 +245,12 @@ final class SpanTable: Sendable {
         }
         guard let traced else { return }
         let instant = timestamp(event.time)
+        // An operation cancelled before it was added had no span to tell
+        // then: its start (or its finish, for one never started) tells it.
+        // Read outside the table's lock (`isCancelled` may be overridden).
+        if event.kind == .started || event.kind == .finished, event.operation.isCancelled {
+            traced.cancel(at: instant)
+        }
         switch event.kind {
         case .started:
             let operation = event.operation

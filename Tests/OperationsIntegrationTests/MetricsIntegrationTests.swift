@@ -135,7 +135,7 @@ extension IntegrationTests {
             #expect(token.recorder.entryCount == 0)
         }
 
-        @Test("Cancellations and rejections are counted per queue")
+        @Test("Cancellations (also before the add) and rejections are counted per queue")
         func cancellationsAndRejections() throws {
             let metrics = TestMetrics()
             let token = OperationMetrics.install(factory: metrics)
@@ -148,9 +148,11 @@ extension IntegrationTests {
 
             let ran = Collected<Int>()
             let operations = (0..<3).map { index in BlockOperation { ran.append(index) } }
+            // Cancelled before it is added: counted too (probe 44: it was not,
+            // its cancellation had no queue yet).
+            operations[0].cancel()
             queue.addOperations(operations, waitUntilFinished: false)
             #expect(!queue.tryAddOperation(BlockOperation {}), "the limit refuses a fourth")
-            operations[0].cancel()
             operations[2].cancel()
             #expect(try meter(metrics, labels.pending, name).lastValue == 3)
 

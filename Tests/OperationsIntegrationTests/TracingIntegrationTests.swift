@@ -129,7 +129,7 @@ extension IntegrationTests {
             #expect(token.spans.count == 0)
         }
 
-        @Test("Cancellation is recorded, before the start and while executing")
+        @Test("Cancellation is recorded, before the add, before the start and while executing")
         func cancellation() throws {
             let tracer = InMemoryTracer()
             let token = OperationTracing.install()
@@ -140,20 +140,25 @@ extension IntegrationTests {
             let started = Arrivals()
             let early = BlockOperation {}
             early.name = uniqueName("early")
+            // Cancelled before it is even added (probe 44: its span had no
+            // `cancelled` event).
+            let before = BlockOperation {}
+            before.name = uniqueName("before-add")
+            before.cancel()
             let running = BlockOperation {
                 started.arrive()
                 _ = gate.wait()
             }
             running.name = uniqueName("running")
-            withTracer(tracer) { queue.addOperations([early, running], waitUntilFinished: false) }
+            withTracer(tracer) { queue.addOperations([before, early, running], waitUntilFinished: false) }
             early.cancel()
             queue.isSuspended = false
             #expect(started.wait(for: 1))
             running.cancel()
             gate.open()
-            #expect(retired([early, running]))
+            #expect(retired([before, early, running]))
 
-            for name in [early.name!, running.name!] {
+            for name in [before.name!, early.name!, running.name!] {
                 let found = spans(tracer, named: name)
                 #expect(found.count == 1, "\(name) ended exactly once")
                 let span = try #require(found.first)
