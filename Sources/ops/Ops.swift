@@ -63,11 +63,16 @@ enum Ops {
             Console.line(help)
             exit(0)
         case "help":
-            if let name = arguments.first, let spec = specs.first(where: { $0.name == name }) {
-                Console.line(spec.help)
-            } else {
+            guard let name = arguments.first else {
                 Console.line(help)
+                exit(0)
             }
+            guard let spec = specs.first(where: { $0.name == name }) else {
+                let names = specs.map(\.name).joined(separator: ", ")
+                Console.error("Error: no help for '\(name)': the subcommands are \(names).\nUsage: ops help [<subcommand>]\n")
+                exit(64)
+            }
+            Console.line(spec.help)
             exit(0)
         default:
             guard let status = await run(first, arguments) else {

@@ -136,7 +136,9 @@ struct ParsedArguments {
     func integer<Value: FixedWidthInteger>(_ name: String, as type: Value.Type = Value.self) throws(UsageError) -> Value? {
         guard let text = values[name] else { return nil }
         guard let value = Value(text) else {
-            throw UsageError("--\(name) takes a whole number from \(Value.min) to \(Value.max); got '\(text)'.")
+            // The command's own check names the range it accepts; this
+            // one only says what the text is not.
+            throw UsageError("--\(name) takes a whole number; got '\(text)'.")
         }
         return value
     }

@@ -20,8 +20,8 @@ struct Soak: OpsCommand, Sendable {
             .init(name: "minutes", value: "minutes", help: "Minutes to keep starting rounds for (default 1 when --rounds is not given); the first round always runs."),
             .init(name: "seed", value: "seed", help: "Seed of the first round, decimal or 0x-hexadecimal (default: random)."),
             .init(name: "rounds", value: "rounds", help: "Stop after this many rounds."),
-            .init(name: "operations-per-round", value: "n", help: "Operations generated per round (default 100000)."),
-            .init(name: "queues", value: "n", help: "Queues per round (default 5)."),
+            .init(name: "operations-per-round", value: "n", help: "Operations generated per round, 1 to 10000000 (default 100000)."),
+            .init(name: "queues", value: "n", help: "Queues per round, 1 to 10000 (default 5)."),
             .init(name: "wait-timeout", value: "seconds", help: "Bound, in seconds, on every wait of a round (a wait that reaches it is a violation; default 60)."),
             .init(name: "no-barriers", value: nil, help: "Generate no barrier blocks (for hunting other bugs while a barrier bug is open)."),
             .init(name: "no-chaos", value: nil, help: "Run without the chaos threads (suspend, resize, cancel, outside waits)."),
@@ -49,6 +49,11 @@ struct Soak: OpsCommand, Sendable {
 
     /// The longest soak `--minutes` accepts: a year.
     static let maximumMinutes = 525_600.0
+    /// The most operations a round may generate (`--operations-per-round`):
+    /// a round holds them all at once.
+    static let maximumOperationsPerRound = 10_000_000
+    /// The most queues a round may have (`--queues`).
+    static let maximumQueues = 10_000
     /// The longest `--wait-timeout` accepts: a day.
     static let maximumWaitSeconds = 86_400
 
@@ -70,10 +75,12 @@ struct Soak: OpsCommand, Sendable {
             throw UsageError("--minutes must be a number of minutes above 0 and at most \(Int(Self.maximumMinutes)) (a year); got \(minutes).")
         }
         if let rounds, rounds <= 0 { throw UsageError("--rounds must be at least 1; got \(rounds).") }
-        if operationsPerRound <= 0 {
-            throw UsageError("--operations-per-round must be at least 1; got \(operationsPerRound).")
+        if !(1...Self.maximumOperationsPerRound).contains(operationsPerRound) {
+            throw UsageError("--operations-per-round must be between 1 and \(Self.maximumOperationsPerRound); got \(operationsPerRound).")
         }
-        if queues <= 0 { throw UsageError("--queues must be at least 1; got \(queues).") }
+        if !(1...Self.maximumQueues).contains(queues) {
+            throw UsageError("--queues must be between 1 and \(Self.maximumQueues); got \(queues).")
+        }
         if !(1...Self.maximumWaitSeconds).contains(waitTimeout) {
             throw UsageError("--wait-timeout must be between 1 and \(Self.maximumWaitSeconds) seconds (a day); got \(waitTimeout).")
         }

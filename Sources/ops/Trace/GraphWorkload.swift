@@ -136,10 +136,16 @@ enum GraphWorkload: String, CaseIterable {
         let order = ledger.order
         var position: [Int: Int] = [:]
         for (rank, index) in order.enumerated() { position[index] = rank }
+        // Each operation's index, so that checking an edge is a lookup
+        // (a search per edge made the check quadratic: 100,000 operations
+        // took minutes in a debug build).
+        var indexOf: [ObjectIdentifier: Int] = [:]
+        indexOf.reserveCapacity(operations.count)
+        for (index, operation) in operations.enumerated() { indexOf[ObjectIdentifier(operation)] = index }
         for (index, operation) in operations.enumerated() where !operation.isCancelled {
             guard let rank = position[index] else { return false }
             for dependency in operation.dependencies where !dependency.isCancelled {
-                guard let other = operations.firstIndex(where: { $0 === dependency }), let before = position[other], before < rank else {
+                guard let other = indexOf[ObjectIdentifier(dependency)], let before = position[other], before < rank else {
                     return false
                 }
             }

@@ -71,7 +71,8 @@ struct Trace: OpsCommand {
         }
         do {
             try FileOutput.write(trace.chromeTraceJSON(), to: output)
-            Console.line("trace: \(trace.operations.count) operations on \(trace.workers.count) threads → \(output) (open it in ui.perfetto.dev)")
+            let threads = trace.workers.count == 1 ? "1 thread" : "\(trace.workers.count) threads"
+            Console.line("trace: \(trace.operations.count) operations on \(threads) → \(output) (open it in ui.perfetto.dev)")
             if let svg {
                 try FileOutput.write(trace.svgTimeline(), to: svg)
                 Console.line("trace: timeline → \(svg)")
