@@ -55,7 +55,10 @@ import Operations
 /// operation between its first event and its last, and releases it when
 /// the operation finishes; entries of operations that were released without
 /// finishing while observed are dropped by a sweep, so it stays bounded by
-/// the number of live operations.
+/// the number of live operations. The meters themselves are not: each
+/// distinct `queue` dimension creates its series once and keeps it for the
+/// life of the process (the metrics backend owns them), so name queues from
+/// a small set, or map many names onto few with a custom dimension.
 public enum OperationMetrics {
     /// The `queue` dimension of queues that were never named: `"unnamed"`.
     public static let unnamedQueue = "unnamed"
