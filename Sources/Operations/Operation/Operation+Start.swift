@@ -48,7 +48,10 @@ extension Operation {
     /// checks: a refused start changes nothing and is no start (probe 44:
     /// a span opened for it never ended).
     private func manualStartCommitted() {
-        captureContextIfNeeded()
+        // The caller's values replace any an add captured meanwhile: that
+        // add was refused (this start passed its checks), and its body runs
+        // here, for this caller (probe 45).
+        captureContext(replacing: true)
         if TraceRecorder.isActive {
             let time = monotonicNanoseconds()
             TraceRecorder.shared.describe(self, queue: nil, at: time)
@@ -122,7 +125,7 @@ extension Operation {
         // Once "will isExecuting" is announced, the body runs even if a
         // cancellation lands before the lock is taken (as in Foundation):
         // observers hear the change they were told about, not false → false.
-        let decision = withStateLock { $0.beginBaseStart(announcedRun: observed && !cancelled) }
+        let decision = withStateLock { $0.beginBaseStart(announcedRun: observed && !cancelled, byHand: !queueCall) }
         switch decision {
         case .run:
             if !queueCall { manualStartCommitted() }
@@ -141,6 +144,12 @@ extension Operation {
             // Only when "will isFinished" was the announcement (or none was).
             discardUnrunBody()
             return bodyDidFinish(wasExecuting: false, announced: observed)
+        case .ownedByQueue:
+            if observed { notifyDidChange(predicted) }
+            if let refusal = manualStartRefusal(loadState(), cancelled: cancelled) {
+                OperationMisuse.report(refusal.code, subject: .operation(self), refusal.detail)
+            }
+            return nil
         case .alreadyExecuting, .alreadyFinished:
             if observed { notifyDidChange(predicted) }
             // The class finished it meanwhile, before any base start: the
@@ -187,28 +196,41 @@ extension Operation {
     // MARK: Carried context
 
     /// Captures the registered context values of the calling code, once
-    /// (when the operation is added, or started by hand). Returns whether
-    /// this call captured them. Call with no lock held.
-    @discardableResult
-    final func captureContextIfNeeded() -> Bool {
-        guard OperationContextPropagation.isActive,
-              withStateLock({ _ in extras?.carriedContext == nil }),
-              let captured = OperationContextPropagation.capture(for: self) else { return false }
-        return withStateLock { _ in
-            guard extrasWhileLocked().carriedContext == nil else { return false }
-            extras?.carriedContext = captured
-            return true
-        }
+    /// (when the operation is added). Returns the serial of the context this
+    /// call captured, or nil if it captured none. Call with no lock held.
+    final func captureContextIfNeeded() -> UInt64? {
+        captureContext(replacing: false)
     }
 
-    /// Drops a context that an add captured, if the add did not give the
-    /// operation to `queue` (it was refused, or found no room): the
-    /// operation is left as it was, and a later add captures its own
-    /// caller's values. Call with no lock held.
-    final func discardContextUnlessIn(_ queue: OperationQueue) {
+    /// Captures the calling code's context values: when none are captured
+    /// yet, or (`replacing`, a start by hand that passed its checks) in
+    /// place of any. Returns the serial of the context captured, or nil.
+    /// Call with no lock held.
+    @discardableResult
+    final func captureContext(replacing: Bool) -> UInt64? {
+        guard OperationContextPropagation.isActive,
+              replacing || withStateLock({ _ in extras?.carriedContext == nil }),
+              let captured = OperationContextPropagation.capture(for: self) else { return nil }
+        let replaced = withStateLock { _ -> (stored: Bool, old: CarriedContext?) in
+            let old = extrasWhileLocked().carriedContext
+            guard replacing || old == nil else { return (false, nil) }
+            extras?.carriedContext = captured
+            return (true, old)
+        }
+        // Released here, outside the lock: it holds another caller's values.
+        withExtendedLifetime(replaced.old) {}
+        return replaced.stored ? captured.serial : nil
+    }
+
+    /// Drops the context an add captured (`serial`), if the add did not
+    /// give the operation to `queue` (it was refused, or found no room) and
+    /// nobody replaced it since (a start by hand that won the race keeps its
+    /// own): the operation is left as it was, and a later add captures its
+    /// own caller's values. Call with no lock held.
+    final func discardContextUnlessIn(_ queue: OperationQueue, captured serial: UInt64) {
         guard !belongs(to: queue) else { return }
         let dropped = withStateLock { _ -> CarriedContext? in
-            let context = extras?.carriedContext
+            guard let context = extras?.carriedContext, context.serial == serial else { return nil }
             extras?.carriedContext = nil
             return context
         }

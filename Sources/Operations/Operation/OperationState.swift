@@ -298,6 +298,9 @@ struct OperationState: Equatable, Sendable, CustomStringConvertible {
         case alreadyExecuting
         /// Misuse: already finished.
         case alreadyFinished
+        /// Misuse: a start by hand, but a queue claimed the operation
+        /// between the caller's checks and this decision.
+        case ownedByQueue
     }
 
     /// Enters the base `start()`: the body is skipped if the base state is
@@ -307,7 +310,12 @@ struct OperationState: Equatable, Sendable, CustomStringConvertible {
     /// read the operation not cancelled). A cancellation that landed since
     /// does not withdraw that: the body runs, as in Foundation, whose start
     /// reads `isCancelled` once, before announcing anything.
-    mutating func beginBaseStart(announcedRun: Bool) -> StartDecision {
+    mutating func beginBaseStart(announcedRun: Bool, byHand: Bool = false) -> StartDecision {
+        // Checked again here, under the lock the add claims under: an add
+        // racing a start by hand must not let both proceed (probe 45). The
+        // queue's start mark, which its own start may have set meanwhile,
+        // is left for that start.
+        if byHand, isEnqueued, !isBaseExecuting, !isBaseFinished, !isFinished { return .ownedByQueue }
         isQueueStart = false
         if isBaseExecuting { return .alreadyExecuting }
         if isBaseFinished || isFinished { return .alreadyFinished }

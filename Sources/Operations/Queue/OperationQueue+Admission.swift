@@ -32,8 +32,8 @@ extension OperationQueue {
         }
         // An add that does not give the operation to this queue gives back
         // the context it captured.
-        let captured = OperationContextPropagation.isActive && operation.captureContextIfNeeded()
-        defer { if captured { operation.discardContextUnlessIn(self) } }
+        let captured = OperationContextPropagation.isActive ? operation.captureContextIfNeeded() : nil
+        defer { if let captured { operation.discardContextUnlessIn(self, captured: captured) } }
         let isObserved = observed.load(ordering: .relaxed)
         if isObserved { notifyWillChange(Self.contentKeys) }
         defer { if isObserved { notifyDidChange(Self.contentKeys) } }
@@ -76,17 +76,17 @@ extension OperationQueue {
         var refusedByGetter: Set<ObjectIdentifier> = []
         // The operations whose context this call captured: an operation
         // this call does not add gives its context back (see the end).
-        var captured: [Operation] = []
+        var captured: [(operation: Operation, serial: UInt64)] = []
         operations.forEachBorrowed { operation in
             if let refusal = operation.reportedEnqueueRefusal() {
                 reportRefusedAdd(operation, refusal: refusal, owner: nil, batch: [])
                 refusedByGetter.insert(ObjectIdentifier(operation))
-            } else if OperationContextPropagation.isActive, operation.captureContextIfNeeded() {
-                captured.append(operation)
+            } else if OperationContextPropagation.isActive, let serial = operation.captureContextIfNeeded() {
+                captured.append((operation, serial))
             }
         }
         defer {
-            for operation in captured { operation.discardContextUnlessIn(self) }
+            for (operation, serial) in captured { operation.discardContextUnlessIn(self, captured: serial) }
         }
         let total = operations.count - refusedByGetter.count
         guard total > 0 else { return [] }

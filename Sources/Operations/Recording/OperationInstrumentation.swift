@@ -229,13 +229,20 @@ public enum OperationContextPropagation {
     static func capture(for operation: Operation) -> CarriedContext? {
         let current = carriers.withLock { $0.map(\.capture) }
         let binders = current.compactMap { $0(operation) }
-        return binders.isEmpty ? nil : CarriedContext(binders: binders)
+        guard !binders.isEmpty else { return nil }
+        return CarriedContext(binders: binders, serial: captureSerials.add(1, ordering: .relaxed).newValue)
     }
+
+    /// Numbers the captures, so that an add gives back only the context it
+    /// captured itself.
+    private static let captureSerials = Atomic<UInt64>(0)
 }
 
 /// The values captured for one operation.
 struct CarriedContext: Sendable {
     let binders: [OperationContextPropagation.Binder]
+    /// Which capture this is (`OperationContextPropagation.capture`).
+    let serial: UInt64
 
     /// Runs `body` with every value bound.
     func run(_ body: () -> Void) {
