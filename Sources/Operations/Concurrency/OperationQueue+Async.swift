@@ -156,10 +156,7 @@ extension OperationQueue {
     /// cost per event. ``timedEvents`` carries the same events with the time
     /// each happened.
     public var events: EventSequence<Event> {
-        let (stream, continuation) = AsyncStream<Event>.makeStream()
-        let id = subscribe(.plain(continuation))
-        continuation.onTermination = { [weak self] _ in self?.unsubscribe(id) }
-        return EventSequence(stream: stream, subscription: EventSubscription { continuation.finish() })
+        subscribedSequence(EventSink.plain)
     }
 
     /// An event with the time it happened (see ``events``).
@@ -176,8 +173,16 @@ extension OperationQueue {
     /// The queue's events, each with the time it happened, in the order the
     /// queue's state changed; the subscription lasts as that of ``events``.
     public var timedEvents: EventSequence<TimedEvent> {
-        let (stream, continuation) = AsyncStream<TimedEvent>.makeStream()
-        let id = subscribe(.timed(continuation))
+        subscribedSequence(EventSink.timed)
+    }
+
+    /// A new subscription, delivered through `sink`, as a sequence whose
+    /// end (its stream's termination) unsubscribes.
+    private func subscribedSequence<Element: Sendable>(
+        _ sink: (AsyncStream<Element>.Continuation) -> EventSink
+    ) -> EventSequence<Element> {
+        let (stream, continuation) = AsyncStream<Element>.makeStream()
+        let id = subscribe(sink(continuation))
         continuation.onTermination = { [weak self] _ in self?.unsubscribe(id) }
         return EventSequence(stream: stream, subscription: EventSubscription { continuation.finish() })
     }
