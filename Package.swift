@@ -11,6 +11,8 @@ let package = Package(
         .library(name: "OperationsLogging", targets: ["OperationsLogging"]),
         .library(name: "OperationsMetrics", targets: ["OperationsMetrics"]),
         .library(name: "OperationsTracing", targets: ["OperationsTracing"]),
+        // Foundation's `OperationQueue.progress`, for code that uses Foundation's `Progress`.
+        .library(name: "OperationsFoundation", targets: ["OperationsFoundation"]),
         .executable(name: "ops", targets: ["ops"]),
     ],
     traits: [
@@ -48,6 +50,9 @@ let package = Package(
             ]
         ),
         .testTarget(name: "OperationsTests", dependencies: ["Operations", "OperationsStress"]),
+        // Foundation bridges (the toolchain's Foundation; nothing fetched).
+        .target(name: "OperationsFoundation", dependencies: ["Operations"]),
+        .testTarget(name: "OperationsFoundationTests", dependencies: ["Operations", "OperationsFoundation"]),
 
         // Integrations. Without their trait these targets compile to empty modules and their
         // library is neither fetched nor built (`condition: .when(traits:)`).

@@ -164,7 +164,11 @@ extension Operation {
     /// Runs the body with the thread context set; returns the finish plan if
     /// it finished synchronously.
     private func runBodyAndFinish() -> FinishPlan? {
-        guard case .finished = runBody() else { return nil }
+        // A queue's progress (`OperationsFoundation`) counts the body of
+        // each operation its base start runs; nothing to check until one
+        // is installed in the process.
+        let outcome = ProgressHook.isInstalled ? runBodyReportingProgress() : runBody()
+        guard case .finished = outcome else { return nil }
         return bodyDidFinish(wasExecuting: true, announced: false)
     }
 

@@ -41,7 +41,7 @@ open class OperationQueue: @unchecked Sendable {
     // @unchecked Sendable: `state`, `retainedSelf`, `storedName`,
     // `storedUnderlyingQueue`, `observers`,
     // `pendingLimitPolicy`, `drainWaiters`, `changeWaiters`, `roomWaiters`,
-    // `eventSinks`, `nextEventSinkID` and `lastCountsSample` are read and written only while
+    // `eventSinks`, `nextEventSinkID`, `lastCountsSample` and `storedProgressReporter` are read and written only while
     // `lock` is held. `observed`, `qualityOfServiceIndex` and `hasEventSinks` are atomic. `kind` is
     // immutable.
 
@@ -85,6 +85,9 @@ open class OperationQueue: @unchecked Sendable {
     /// Subscribers to `events`, by id.
     @exclusivity(unchecked) final var eventSinks: [Int: EventSink] = [:]
     @exclusivity(unchecked) final var nextEventSinkID = 0
+    /// The progress reporter of `OperationsFoundation`'s `progress`, if
+    /// installed (see `OperationQueue+ProgressHook.swift`).
+    @exclusivity(unchecked) final var storedProgressReporter: (any OperationQueueProgressReporter)?
     /// Whether `eventSinks` is non-empty (read without the lock).
     final let hasEventSinks = Atomic<Bool>(false)
     /// The number, in the drain loops' progress (`DrainLoops.progress`),
@@ -325,6 +328,13 @@ open class OperationQueue: @unchecked Sendable {
     /// Progress of the work added since the queue was last idle. Observable
     /// (`observe(\.progress)`): it changes whenever an operation is added or
     /// finishes.
+    ///
+    /// Code that imports `OperationsFoundation` gets Foundation's
+    /// `OperationQueue.progress` instead: a Foundation `Progress` that
+    /// reports, as on Darwin, once its `totalUnitCount` is set. This value
+    /// stays available there by its type (`let counts: QueueProgress =
+    /// queue.progress`).
+    @_disfavoredOverload
     open var progress: QueueProgress {
         lock.withLock {
             QueueProgress(totalUnitCount: state.progressTotal, completedUnitCount: state.progressCompleted)
