@@ -21,10 +21,16 @@ extension Operation {
             let others = keys.filter { $0 != "isFinished" }
             if !others.isEmpty { notifyDidChange(others) }
         }
-        if keys.contains("isCancelled") { cancellationWasAnnounced() }
-        if keys.contains("isReady") { readinessWasAnnounced() }
+        // The library acts on the property's name as on its key, as
+        // Foundation's operation does ("finished" for "isFinished", and so
+        // on: a hand-written operation that announces `finished` leaves its
+        // queue there too). Observers hear the key that was announced.
+        if keys.contains("isCancelled") || keys.contains("cancelled") { cancellationWasAnnounced() }
+        if keys.contains("isReady") || keys.contains("ready") { readinessWasAnnounced() }
         if keys.contains("isFinished") {
             finishIfReportedFinished(announcing: observed ? .isFinished : [])?.run()
+        } else if keys.contains("finished") {
+            finishIfReportedFinished(announcing: [])?.run()
         }
     }
 
@@ -64,8 +70,13 @@ extension Operation {
 /// every level (a key that depends on a key that depends on `k` depends on
 /// `k`), as Foundation's KVO follows them.
 enum DependentKeys {
-    /// The keys whose dependencies are looked up.
-    static let lifecycleKeys = ["isReady", "isExecuting", "isFinished", "isCancelled", "isAsynchronous", "isConcurrent"]
+    /// The keys whose dependencies are looked up: the lifecycle keys, and
+    /// the property names the library also acts on (`finished` for
+    /// `isFinished`, and so on), as Foundation's operation does.
+    static let lifecycleKeys = [
+        "isReady", "isExecuting", "isFinished", "isCancelled", "isAsynchronous", "isConcurrent",
+        "ready", "executing", "finished", "cancelled",
+    ]
 
     /// Per class: announced key → lifecycle keys it affects.
     private static let cache = LockedValue<[ObjectIdentifier: [String: [String]]]>([:])
