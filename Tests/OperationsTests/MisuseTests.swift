@@ -311,39 +311,61 @@ struct MisuseTests {
         #expect(log.events.sorted() == ["a", "b"])
     }
 
-    @Test("addOperations(waitUntilFinished: true) with refused operations waits for exactly the accepted ones")
-    func refusedInBatchWaitsForAcceptedOnly() {
-        // `other` runs in another queue until the helper thread lets it go;
-        // `b` runs here until the helper has watched the add not return.
-        let otherGate = Gate(), bStarted = Gate(), bGate = Gate(), returned = Gate(), helperDone = Gate()
+    @Test("addOperations with another queue's operation is refused as a whole: it returns at once and adds nothing")
+    func refusedBatchAddsNothing() {
+        let otherGate = Gate()
         let otherQueue = makeQueue("elsewhere")
-        // Longer than the helper's own wait, so that only the helper ends it.
-        let other = namedOperation("other") { otherGate.wait(timeout: patience * 6) }
+        let other = namedOperation("other") { otherGate.wait() }
         otherQueue.addOperation(other)
-        let a = namedOperation("accepted-a")
-        let b = namedOperation("accepted-b") {
-            bStarted.open()
-            bGate.wait()
-        }
-        let seen = Recorder<String>()
-        spawnThread {
-            // The add must still be waiting for `b`...
-            if bStarted.wait(), returned.wait(timeout: negativeWindow) { seen.record("returned before b finished") }
-            bGate.open()
-            // ...and must return once `b` finished, without waiting for
-            // `other`, which is not its operation.
-            if !returned.wait() { seen.record("still waiting once b finished") }
-            otherGate.open()
-            helperDone.open()
-        }
+        let ran = Counter()
+        let a = namedOperation("batch-a") { ran.increment() }
+        let b = namedOperation("batch-b") { ran.increment() }
         let queue = makeQueue("batch-refused")
+        // Returns without waiting: `other` is blocked until after the call.
         let reported = misuses { queue.addOperations([a, other, a, b], waitUntilFinished: true) }
-        returned.open()
-        #expect(helperDone.wait())
-        #expect(seen.events.isEmpty)
         #expect(reported.map(\.code).sorted { "\($0)" < "\($1)" } == [OperationMisuse.Code.alreadyInQueue, .duplicateInBatch].sorted { "\($0)" < "\($1)" })
-        #expect(a.isFinished && b.isFinished)
+        #expect(queue.operationCount == 0)
+        #expect(!a.isFinished && !b.isFinished && !a.isCancelled)
+        otherGate.open()
         #expect(otherQueue.waitUntilAllOperationsAreFinished(timeout: patience))
+        // Untouched: they can be added once the batch is put right.
+        queue.addOperations([a, b], waitUntilFinished: true)
+        #expect(ran.count == 2)
+        unrelatedWorkStillRuns()
+    }
+
+    @Test("addOperations with a finished operation is refused as a whole, as Foundation raises before adding any (probe 46)")
+    func batchWithFinishedAddsNothing() {
+        let finished = namedOperation("already-finished")
+        finished.start()
+        let ran = Counter()
+        let fresh = namedOperation("fresh") { ran.increment() }
+        let queue = makeQueue("batch-finished")
+        let reported = misuses { queue.addOperations([fresh, finished], waitUntilFinished: true) }
+        expectSingle(reported, .addedAfterStart, naming: "\"already-finished\"")
+        #expect(ran.count == 0)
+        #expect(!fresh.isFinished)
+        #expect(queue.operationCount == 0)
+        queue.addOperations([fresh], waitUntilFinished: true)
+        #expect(ran.count == 1)
+    }
+
+    @Test("a batch with an operation whose class reports it executing is refused as a whole")
+    func batchWithReportedExecutingAddsNothing() {
+        final class Running: Operation, @unchecked Sendable {
+            override var isExecuting: Bool { true }
+        }
+        let running = Running()
+        running.name = "reports-executing"
+        let ran = Counter()
+        let fresh = namedOperation("fresh-2") { ran.increment() }
+        let queue = makeQueue("batch-executing")
+        queue.isSuspended = true
+        let reported = misuses { queue.addOperations([fresh, running], waitUntilFinished: false) }
+        expectSingle(reported, .addedAfterStart, naming: "\"reports-executing\"")
+        #expect(queue.operationCount == 0)
+        queue.isSuspended = false
+        #expect(ran.count == 0)
     }
 
     // MARK: Queue configuration

@@ -71,6 +71,19 @@ extension OperationQueue {
         prevalidated: Bool = false,
         roomTicket waitingTicket: Int? = nil
     ) -> [Operation]? {
+        // A batch with an operation that may not be added (finished,
+        // executing, in a queue) is refused as a whole, as Foundation
+        // raises before it adds any (probe 46: the others were added and
+        // ran under a misuse handler). Only a duplicate within the batch
+        // lets the rest through (its first occurrence counts). The check
+        // reads each operation's state word once, without locks; a
+        // refusal that races it is still reported below, by the claim.
+        if !prevalidated, operations.count > 1, Self.batchMayBeRefused(operations) {
+            let (valid, refusedOther) = validatedBatch(Array(operations))
+            if refusedOther || valid.isEmpty { return [] }
+            return admit(valid, mode: mode, barrier: barrier, collecting: collecting,
+                         contentAnnounced: contentAnnounced, prevalidated: true, roomTicket: waitingTicket)
+        }
         // A class that overrides `isExecuting` or `isFinished` reports its
         // own state: ask it before taking any lock.
         var refusedByGetter: Set<ObjectIdentifier> = []
@@ -311,8 +324,15 @@ extension OperationQueue {
     /// for lack of room cancels and finishes operations, which must never
     /// touch one that is not this call's to refuse.
     final func removingRefusedAdds(_ operations: [Operation]) -> [Operation] {
+        validatedBatch(operations).valid
+    }
+
+    /// `removingRefusedAdds`, also saying whether anything but a duplicate
+    /// within the batch was refused (`refusedOther`).
+    final func validatedBatch(_ operations: [Operation]) -> (valid: [Operation], refusedOther: Bool) {
         var seen = Set<ObjectIdentifier>()
         var valid: [Operation] = []
+        var refusedOther = false
         valid.reserveCapacity(operations.count)
         for operation in operations {
             guard seen.insert(ObjectIdentifier(operation)).inserted else {
@@ -321,15 +341,31 @@ extension OperationQueue {
             }
             if let (refusal, owner) = operation.enqueueRefusal() {
                 reportRefusedAdd(operation, refusal: refusal, owner: owner, batch: [operation])
+                refusedOther = true
                 continue
             }
             if let refusal = operation.reportedEnqueueRefusal() {
                 reportRefusedAdd(operation, refusal: refusal, owner: nil, batch: [])
+                refusedOther = true
                 continue
             }
             valid.append(operation)
         }
-        return valid
+        return (valid, refusedOther)
+    }
+
+    /// Whether some operation of the batch may be refused: its state word
+    /// says it is finished, executing or in a queue, or its class reports
+    /// it finished or executing. Read without locks (one load each); the
+    /// getters are user code, called with no lock held.
+    static func batchMayBeRefused<C: Collection<Operation>>(_ operations: C) -> Bool {
+        var found = false
+        operations.forEachBorrowed { operation in
+            guard !found else { return }
+            var probe = operation.loadState()
+            if probe.enqueue() != nil || operation.reportedEnqueueRefusal() != nil { found = true }
+        }
+        return found
     }
 
     /// Refuses operations that found no room under `.reject` (or whose

@@ -378,9 +378,13 @@ open class OperationQueue: @unchecked Sendable {
     /// until exactly those operations have finished (and their completion
     /// blocks have run).
     ///
-    /// The same operation twice in `operations` is a misuse
-    /// (``OperationMisuse/Code/duplicateInBatch``); the other operations
-    /// are still added.
+    /// An operation that may not be added (finished, executing, or already
+    /// in a queue) is a misuse, and the whole batch is refused: none of
+    /// `operations` is added, as Foundation raises before adding any, and
+    /// the call returns at once. The same operation twice in `operations`
+    /// is a misuse too (``OperationMisuse/Code/duplicateInBatch``), but
+    /// only its first occurrence counts: the other operations are still
+    /// added.
     open func addOperations(_ operations: [Operation], waitUntilFinished wait: Bool) {
         let accepted = admit(operations, mode: .synchronous, collecting: wait) ?? []
         if wait { waitForOperations(accepted) }
