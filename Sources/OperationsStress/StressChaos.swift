@@ -15,7 +15,8 @@ import Synchronization
 ///   `cancelAllOperations()` (5% of its actions) on a queue that takes it,
 ///   which may cancel a pending barrier;
 /// - waiter: waits from outside (bounded) for a random created operation
-///   and checks that it finished and its completion block already ran.
+///   and checks that it finished and that its completion block runs (it
+///   runs asynchronously, as in Foundation).
 ///
 /// Every wait is bounded; the suspender and resizer are the only threads
 /// that suspend queues or change widths, so the trackers' logs are exact.

@@ -76,7 +76,9 @@ struct AsyncBodyTests {
             bodyThread.withLock { $0 = currentThreadID() }
             return 1
         }
-        first.completionBlock = {
+        // Its isFinished observers are told on the thread that finished it.
+        let token = first.observe(\.isFinished, options: [.new]) { _, change in
+            guard change.newValue == true else { return }
             completionThread.withLock { $0 = currentThreadID() }
             completions.add(1, ordering: .relaxed)
         }
@@ -88,12 +90,13 @@ struct AsyncBodyTests {
         #expect(second.result == .success(2))
         #expect(completions.load(ordering: .relaxed) == 1)
         // The loop that ran the body's first part also finished the
-        // operation: its completion block ran there, not on a thread the
+        // operation: its observers were told there, not on a thread the
         // body's task handed it to.
         let body = try #require(bodyThread.withLock { $0 })
-        let completion = try #require(completionThread.withLock { $0 })
-        #expect(pthread_equal(body, completion) != 0)
+        let finisher = try #require(completionThread.withLock { $0 })
+        #expect(pthread_equal(body, finisher) != 0)
         #expect(queue.operationCount == 0)
+        withExtendedLifetime(token) {}
     }
 
     @Test("an async body started by hand runs in a detached task: the caller's task-local values do not leak in")

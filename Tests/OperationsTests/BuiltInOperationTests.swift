@@ -115,6 +115,7 @@ struct BlockOperationTests {
         #expect(op.isExecuting)
         slowGate.open()
         #expect(op.waitUntilFinished(timeout: patience))
+        #expect(waitUntil { log.count == 3 })
         #expect(log.events.last == "completion")
         #expect(Set(log.events) == ["fast", "slow", "completion"])
     }
@@ -294,7 +295,7 @@ struct AsyncOperationTests {
         release.open()
         #expect(op.waitUntilFinished(timeout: patience))
         #expect(op.isFinished && !op.isExecuting)
-        #expect(completion.count == 1)
+        #expect(waitUntil { completion.count == 1 })
     }
 
     @Test("subclass form: execute() and finish() from a callback, in a queue with a dependent")
@@ -318,6 +319,7 @@ struct AsyncOperationTests {
         // Dependents are released when the operation finishes, before its
         // completion block runs (the order of article 003), so the two may
         // interleave; the dependent always sees the operation finished.
+        #expect(waitUntil { order.count == 2 })
         #expect(order.events.sorted() == ["async done", "dependent after finish"])
     }
 
@@ -375,7 +377,7 @@ struct AsyncOperationTests {
         queue.addOperation(op)
         #expect(op.waitUntilFinished(timeout: patience))
         op.finish()
-        #expect(completion.count == 1)
+        #expect(waitUntil { completion.count == 1 })
         let next = Gate()
         queue.addOperation { next.open() }
         #expect(next.wait(), "the serial queue stalled after a double finish")

@@ -41,7 +41,7 @@ struct CancelAllTests {
         queue.cancelAllOperations()
         queue.isSuspended = false
         #expect(queue.waitUntilAllOperationsAreFinished(timeout: patience))
-        #expect(waited.value, "the completion block's wait for its batch neighbour timed out")
+        #expect(waitUntil { waited.value }, "the completion block's wait for its batch neighbour timed out")
     }
 
     @Test("an overridden cancel() is called once per operation, plain ones are cancelled in batches, and all retire")

@@ -78,6 +78,9 @@ struct ObservationTests {
         op.completionBlock = { log.record("completion") }
         op.start()
         op.cancel()
+        // The completion block runs asynchronously, as in Foundation, after
+        // the isFinished observers.
+        #expect(waitUntil { log.count == 5 })
         #expect(log.events == [
             "op isExecuting NO→YES",
             "main",
@@ -98,6 +101,7 @@ struct ObservationTests {
         op.cancel()
         log.record("after cancel")
         op.start()
+        #expect(waitUntil { log.events.contains("completion") })
         #expect(log.events == [
             "op isCancelled NO→YES",
             "op isReady YES→YES",
@@ -232,6 +236,7 @@ struct ObservationTests {
         // on Darwin (where the article's sample shows the block on another
         // thread), operation3 may start before or while the block runs.
         #expect(log.events.filter { $0.hasPrefix("operation") && !$0.contains("completion") } == ["operation1", "operation2", "operation3"])
+        #expect(waitUntil { log.events.contains("operation2-completionBlock") })
         let events = log.events
         #expect((events.firstIndex(of: "operation2") ?? .max) < (events.firstIndex(of: "operation2-completionBlock") ?? -1))
         #expect(running.maximum == 1)

@@ -248,8 +248,9 @@ struct OperationLifecycleTests {
         let queue = makeQueue("completion")
         queue.addOperation(op)
         #expect(op.waitUntilFinished(timeout: patience))
-        // waitUntilFinished returns only after the completion block returned.
-        #expect(calls.count == 1)
+        // As in Foundation, the completion block runs asynchronously: the
+        // wait does not wait for it.
+        #expect(waitUntil { calls.count == 1 })
         #expect(sawFinished.value)
         #expect(queue.waitUntilAllOperationsAreFinished(timeout: patience))
         op.cancel()
@@ -264,24 +265,93 @@ struct OperationLifecycleTests {
         op.completionBlock = { calls.increment() }
         op.cancel()
         op.start()
-        #expect(calls.count == 1)
+        #expect(waitUntil { calls.count == 1 })
         let queued = BlockOperation { bodies.increment() }
         queued.completionBlock = { calls.increment() }
         queued.cancel()
         let queue = makeQueue("cancelled-completion")
         queue.addOperation(queued)
         #expect(queued.waitUntilFinished(timeout: patience))
-        #expect(calls.count == 2)
+        #expect(waitUntil { calls.count == 2 })
         #expect(bodies.count == 0, "a cancelled operation ran its block")
     }
 
-    @Test("the completion block runs on the thread that finished the operation")
+    @Test("the completion block runs on another thread, as the chapter's article shows on Darwin (a worker of the pool), with OperationQueue.current nil")
     func completionBlockThread() {
         let thread = Box<ThreadID?>(nil)
+        let current = Box<Bool?>(nil)
+        let ran = Gate()
         let op = BlockOperation {}
-        op.completionBlock = { thread.value = currentThreadID() }
+        op.completionBlock = {
+            thread.value = currentThreadID()
+            current.value = OperationQueue.current == nil
+            ran.open()
+        }
         op.start()
-        #expect(thread.value == currentThreadID())
+        #expect(ran.wait())
+        #expect(thread.value != currentThreadID())
+        #expect(current.value == true)
+    }
+
+    @Test("a wait does not wait for the completion block: one that takes a lock the waiter holds does not hang it (probe 46)")
+    func waitDoesNotWaitForCompletionBlock() {
+        let lock = PlatformLock()
+        let completed = Gate()
+        let returned = Gate()
+        let op = BlockOperation {}
+        op.completionBlock = {
+            lock.lock()
+            lock.unlock()
+            completed.open()
+        }
+        let queue = makeQueue("completion-lock")
+        spawnThread {
+            lock.lock()
+            queue.addOperations([op], waitUntilFinished: true)
+            returned.open()
+            lock.unlock()
+        }
+        #expect(returned.wait(), "the wait waited for a completion block that needs the waiter's lock")
+        #expect(completed.wait())
+    }
+
+    @Test("a start by hand under a lock the completion block takes returns; the block runs once the lock is free (probe 46)")
+    func manualStartUnderCompletionLock() {
+        let lock = PlatformLock()
+        let completed = Gate()
+        let returned = Gate()
+        let op = BlockOperation {}
+        op.completionBlock = {
+            lock.lock()
+            lock.unlock()
+            completed.open()
+        }
+        spawnThread {
+            lock.lock()
+            op.start()
+            returned.open()
+            lock.unlock()
+        }
+        #expect(returned.wait(), "start() ran the completion block on the thread that holds the lock")
+        #expect(completed.wait())
+        #expect(op.isFinished)
+    }
+
+    @Test("a completion block that waits for the thread that waits for its operation does not hang it (probe 46)")
+    func completionWaitsForWaiter() {
+        let waiterDone = Gate()
+        let completed = Gate()
+        let op = BlockOperation {}
+        op.completionBlock = {
+            // Stands for `DispatchQueue.main.sync {}` while main waits.
+            if waiterDone.wait() { completed.open() }
+        }
+        let queue = makeQueue("completion-waits")
+        queue.addOperation(op)
+        #expect(op.waitUntilFinished(timeout: patience))
+        #expect(queue.waitUntilAllOperationsAreFinished(timeout: patience))
+        waiterDone.open()
+        #expect(completed.wait())
     }
 
     @Test("the completion block is released after it ran")
@@ -355,7 +425,8 @@ struct OperationLifecycleTests {
         gate.open()
         #expect(op.waitUntilFinished(timeout: patience))
         #expect(op.isFinished)
-        #expect(completion.value, "waitUntilFinished returned before the completion block ran")
+        // The completion block runs asynchronously, as in Foundation.
+        #expect(waitUntil { completion.value })
     }
 
     @Test("waitUntilFinished on a finished operation returns at once")

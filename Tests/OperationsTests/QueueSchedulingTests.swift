@@ -297,7 +297,7 @@ struct QueueSchedulingTests {
         #expect(plain.waitUntilFinished(timeout: patience))
         #expect(queue.operationCount == 1)
         #expect(ran.count == 0)
-        #expect(completions.count == 2)
+        #expect(waitUntil { completions.count == 2 })
         release.open()
         #expect(queue.waitUntilAllOperationsAreFinished(timeout: patience))
         #expect(sawCancel.value, "the running operation did not see isCancelled")

@@ -272,6 +272,9 @@ struct StressTests {
         }
         queue.addOperations([first, second], waitUntilFinished: false)
         #expect(queue.waitUntilAllOperationsAreFinished(timeout: .seconds(10)))
+        // A completion block runs asynchronously: the queue's wait does not
+        // wait for it.
+        #expect(waitUntil { waited.load(ordering: .sequentiallyConsistent) != 0 })
         #expect(waited.load(ordering: .sequentiallyConsistent) == 1, "width \(width), ready from the start \(readyFromStart): the wait for the queue's next operation timed out")
         token?.invalidate()
     }

@@ -26,8 +26,9 @@ extension QualityOfService {
 }
 
 extension Operation {
-    /// Suspends until the operation has finished and its completion block
-    /// has run: the `async` counterpart of ``waitUntilFinished()``.
+    /// Suspends until the operation has finished: the `async` counterpart of
+    /// ``waitUntilFinished()``. Its completion block runs asynchronously and
+    /// is not waited for, as in Foundation.
     ///
     /// Cancelling the awaiting task cancels the operation; this still waits
     /// until the operation finishes (a cancelled operation that has not

@@ -52,11 +52,12 @@ extension Operation {
         return plan
     }
 
-    /// Whether finishing now would run observers of the operation or its
-    /// completion block (user code that may block), as far as can be told
-    /// before it finishes.
+    /// Whether finishing now would run observers of the operation (user
+    /// code that may block) on the finishing thread, as far as can be told
+    /// before it finishes. (The completion block runs on a worker of the
+    /// pool in any case.)
     final var finishRunsUserTail: Bool {
-        withStateLock { state in state.isObserved || extras?.completionBlock != nil }
+        loadState().isObserved
     }
 
     /// Step 1: marks the operation finished, once, and takes everything the
@@ -285,8 +286,9 @@ struct FinishPlan: ~Copyable {
         instrumented = OperationInstrumentation.isActive
     }
 
-    /// Whether steps 4 and 5 run user code (observers, a completion block),
-    /// so that the queue counts the retirement as in flight until done.
+    /// Whether step 4 tells observers (user code) on the finishing thread,
+    /// so that the queue counts the retirement as in flight until done. The
+    /// completion block is not counted: it runs on a worker of the pool.
     var hasUserTail: Bool { details?.hasUserTail ?? false }
 
     /// Whether step 4 tells observers of `isExecuting`/`isFinished`.
@@ -402,27 +404,42 @@ struct FinishPlan: ~Copyable {
         }
     }
 
-    /// Steps 4 to 6: observers, completion block, retirement, and (when
-    /// `settle` is true) telling the queue that the retirement it counted is
-    /// done. Drops the operation before the queue is told, so that a queue
-    /// waiter that wakes finds it released if nothing else holds it.
+    /// Steps 4 to 6: observers, retirement, (when `settle` is true) telling
+    /// the queue that the retirement it counted is done, and the completion
+    /// block. Drops the operation before the queue is told, so that a queue
+    /// waiter that wakes finds it released if nothing else holds it (unless
+    /// its completion block is still to run, which holds it, as
+    /// Foundation's does).
+    ///
+    /// As in Foundation, the completion block runs asynchronously, on a
+    /// worker of the pool ("typically a secondary thread"): waiters do not
+    /// wait for it, and a serial queue's next operation may start before or
+    /// while it runs. So a completion block that takes a lock the waiter
+    /// holds, or that waits for the thread the waiter blocks, does not hang
+    /// the wait (probe 46).
     consuming func complete(settle: Bool) {
         let owner = queue
         if instrumented || OperationInstrumentation.isActive {
             OperationInstrumentation.emit(.finished, operation, queue: owner?.takeUnretainedValue())
         }
-        if let details, details.hasUserTail {
-            let finished = operation
-            ThreadContext.withCurrent { context in
-                let saved = context.enter(finished, queue: owner)
-                if let names = details.takeAnnouncement() { finished.notifyDidChange(names) }
-                if let block = details.takeCompletion() {
-                    let outer = context.inCompletionBlock
-                    context.inCompletionBlock = true
-                    block()
-                    context.inCompletionBlock = outer
+        if let details {
+            if details.hasUserTail {
+                let finished = operation
+                ThreadContext.withCurrent { context in
+                    let saved = context.enter(finished, queue: owner)
+                    if let names = details.takeAnnouncement() { finished.notifyDidChange(names) }
+                    context.leave(restoring: saved)
                 }
-                context.leave(restoring: saved)
+            }
+            if let block = details.takeCompletion() {
+                // Submitted before the waiters wake, so that it starts as
+                // soon as a worker is free. The queue is still alive here
+                // (the operation's retirement is in flight, or the caller
+                // runs its drain loop).
+                let queueQoS = owner?._withUnsafeGuaranteedRef { $0.qualityOfServiceIndex.load(ordering: .relaxed) }
+                    ?? QualityOfService.default.index
+                let qos = OperationQueue.effectiveQualityOfService(operation: operation.loadState().qosIndex, queue: queueQoS)
+                WorkerPool.shared.submit(CompletionJob(block, of: operation), qos: qos)
             }
         }
         let waiters = operation.retire()
@@ -431,6 +448,36 @@ struct FinishPlan: ~Copyable {
         if settle, let owner {
             owner._withUnsafeGuaranteedRef { $0.memberRetired() }
         }
+    }
+}
+
+/// A finished operation's completion block, run on a worker of the pool
+/// (see `FinishPlan.complete(settle:)`). It holds the operation until the
+/// block has run, as Foundation does. Inside the block,
+/// `OperationQueue.current` is nil, as in Foundation.
+final class CompletionJob: PoolJob, @unchecked Sendable {
+    // @unchecked Sendable: `block` and `operation` are taken once, by the
+    // one worker that runs the job; nothing else touches them.
+    private var block: (@Sendable () -> Void)?
+    private var operation: Operation?
+
+    init(_ block: @escaping @Sendable () -> Void, of operation: Operation) {
+        self.block = block
+        self.operation = operation
+    }
+
+    func runJob(on worker: Worker) {
+        guard let block = block.take(), let operation = operation.take() else { return }
+        ThreadContext.withCurrent { context in
+            let saved = context.enter(operation, queue: nil)
+            let outer = context.inCompletionBlock
+            context.inCompletionBlock = true
+            block()
+            context.inCompletionBlock = outer
+            context.leave(restoring: saved)
+        }
+        // The block, then the operation, are released here, on the worker,
+        // with no lock held.
     }
 }
 
@@ -443,8 +490,8 @@ final class FinishDetails {
     private var completion: (@Sendable () -> Void)?
     private let keys: LifecycleKeys
     private var announced = false
-    /// Whether the retirement runs user code (observers, a completion
-    /// block). Fixed at creation: the queue counted the retirement as in
+    /// Whether the retirement tells observers (user code) on the finishing
+    /// thread. Fixed at creation: the queue counted the retirement as in
     /// flight on that basis, and settles it on the same basis.
     let hasUserTail: Bool
 
@@ -453,7 +500,9 @@ final class FinishDetails {
         self.listed = listed
         self.completion = completion
         self.keys = keys
-        hasUserTail = completion != nil || !keys.isEmpty
+        // The completion block is not part of it: it runs on a worker of
+        // the pool (`CompletionJob`).
+        hasUserTail = !keys.isEmpty
     }
 
     /// Whether the retirement owes observers announcements.

@@ -1,6 +1,7 @@
 extension Operation {
-    /// Blocks until the operation has finished (and its completion block
-    /// has run) or `timeout` passes. Returns whether it finished.
+    /// Blocks until the operation has finished or `timeout` passes. Returns
+    /// whether it finished. (Its completion block runs asynchronously and
+    /// is not waited for, as in Foundation.)
     ///
     /// Any timeout works, including `.zero` (which only reads the state)
     /// and durations too large to represent as a deadline (treated as no
@@ -19,8 +20,8 @@ extension Operation {
         performWait(deadline: Deadline(after: timeout))
     }
 
-    /// Waits until the operation retires (finished and completion block
-    /// run), or until `deadline`. Returns whether it retired.
+    /// Waits until the operation retires (finished, left its queue, its
+    /// observers told), or until `deadline`. Returns whether it retired.
     @discardableResult
     final func performWait(deadline: Deadline?) -> Bool {
         let snapshot = loadState()

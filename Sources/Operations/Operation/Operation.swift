@@ -20,7 +20,8 @@ import Synchronization
 /// When it finishes, in this order: its dependents are released (and may
 /// start), it leaves its queue (``OperationQueue/operationCount`` no longer
 /// counts it), `isExecuting`/`isFinished` observers run, its completion block
-/// runs once, and then ``waitUntilFinished()`` callers wake.
+/// is handed to a worker thread of the pool (it runs once, asynchronously,
+/// as on Darwin), and ``waitUntilFinished()`` callers wake.
 ///
 /// ## Overridden getters are the truth
 /// A subclass may override ``isReady``, ``isExecuting``, ``isFinished`` and
@@ -364,8 +365,9 @@ open class Operation: @unchecked Sendable {
         set { setCompletionBlock(newValue) }
     }
 
-    /// Blocks the calling thread until the operation has finished and its
-    /// completion block has run.
+    /// Blocks the calling thread until the operation has finished. As in
+    /// Foundation, its completion block runs asynchronously, on another
+    /// thread, and is not waited for.
     ///
     /// Works for synchronous and asynchronous operations. A wait that can
     /// never end — for itself from inside its own `start()`/`main()`, for an
@@ -399,7 +401,8 @@ open class Operation: @unchecked Sendable {
     /// the (possibly overridden) getter and acts on its value:
     /// - `isFinished`: if ``isFinished`` now returns true, the operation
     ///   finishes: dependents are released, it leaves its queue, then
-    ///   observers are told, the completion block runs and waiters wake.
+    ///   observers are told, the completion block is handed to another
+    ///   thread and waiters wake.
     /// - `isReady`, `isCancelled`: its queue re-reads ``isReady`` and
     ///   ``isCancelled``; a true `isCancelled` also cancels an `async` body.
     ///   An operation in no queue whose class overrides ``isReady`` has that

@@ -36,7 +36,7 @@ struct DrainLoops {
     /// Loops running.
     private(set) var running = 0
     /// Running loops inside an operation's `start()` or a finished
-    /// operation's observers and completion block.
+    /// operation's observers.
     private(set) var busy = 0
     /// Operations (and finished operations' tails) the loops have begun,
     /// wrapping: the watcher's measure of progress.

@@ -5,9 +5,10 @@
 // until none can start. An operation whose class keeps the base `start()`
 // and finishes synchronously is retired by the loop itself: removing it from
 // the queue, admitting the dependents it made ready, and picking the next
-// operation share one lock acquisition. Its observers and completion block
-// run right after, on the loop's thread, before the loop picks another
-// operation.
+// operation share one lock acquisition. Its observers run right after, on
+// the loop's thread, before the loop picks another operation; its
+// completion block goes to a worker of the pool (`CompletionJob`), as
+// Foundation runs it asynchronously.
 //
 // Foundation's order — a slot starts its next operation only after the
 // previous one's `isExecuting`/`isFinished` observers were told — is kept by
@@ -38,13 +39,6 @@ extension OperationQueue {
         defer { context.queueReference = savedQueue }
         let pool = WorkerPool.shared
         let isObserved = observed.load(ordering: .relaxed)
-        // The loop runs on the `underlyingQueue` (a dispatch queue, perhaps
-        // serial): a completion block run here would hold it, so that no
-        // other operation of the queue could start until it returned, and
-        // one that waited for a later operation would wait forever (probe
-        // 36). Completion blocks go to the pool there, as on Darwin, where
-        // they run asynchronously; observers are still told on this thread.
-        let onDispatchQueue = worker == nil && kind == .pool
         // The plan of the operation the loop started, if it finished
         // synchronously, and those of the cancelled operations retired with
         // it: each still has to leave the queue (under the loop's next lock
@@ -89,8 +83,7 @@ extension OperationQueue {
                 }
             }
             readied.empty()
-            // Whether a plan's tail (observers, completion block) runs
-            // user code, and whether the primary operation keeps its slot
+            // Whether a plan's tail (observers) runs user code, and whether the primary operation keeps its slot
             // until its observers have been told: only it can, since the
             // cancelled operations of a batch hold no slot.
             var userTail = false
@@ -108,8 +101,7 @@ extension OperationQueue {
                 owedRetirements = 0
             }
             var customStart = false
-            // A completion block or observer runs before the next operation
-            // is picked: it may wait for (or add) work that must be able to
+            // An observer runs before the next operation is picked: it may wait for (or add) work that must be able to
             // take the slot this loop would otherwise hold. (A constant, so
             // that binding it below borrows rather than retains.)
             let next: Unmanaged<Operation>? = if !userTail,
@@ -137,7 +129,7 @@ extension OperationQueue {
                     for operation in cancelledBatch { emitLocked(.started(operation)) }
                 }
             } else if userTail {
-                // The tail (observers, completion blocks) is user code that
+                // The tail (observers) is user code that
                 // may block, for example waiting for the next operation: the
                 // loop counts as busy meanwhile, so that another loop takes
                 // the slot the finished operation frees.
@@ -156,8 +148,8 @@ extension OperationQueue {
             // waiters), and every tail but one gets a job of its own (a tail
             // may wait for another operation of this batch). Then the queue's
             // observers, and the remaining tail: its operation's
-            // isExecuting/isFinished observers, the release of the slot it
-            // kept for them, and its completion block.
+            // isExecuting/isFinished observers and the release of the slot it
+            // kept for them (its completion block goes to the pool).
             if !released.isEmpty {
                 for reference in released { reference.release() }
                 released.empty()
@@ -193,19 +185,15 @@ extension OperationQueue {
                 if isObserved { notifyDidChange(Self.contentKeys) }
                 if let plan = own.take() {
                     // Observers are told here, before the kept slot is given
-                    // back or the completion block is handed to the pool.
-                    let offloads = onDispatchQueue && plan.hasCompletionBlock
-                    if keptSlot || offloads { plan.announce() }
-                    if keptSlot { releaseKeptSlot(of: plan.operation) }
-                    if offloads {
-                        // Settled by the job itself (`memberRetired`).
-                        pool.submit(RetirementJob(plan), qos: queueQoS)
-                    } else {
-                        owedRetirements += 1
-                        // Moved, not copied: the plan holds the loop's only
-                        // reference when it wakes the operation's waiters.
-                        plan.complete(settle: false)
+                    // back; the completion block goes to the pool.
+                    if keptSlot {
+                        plan.announce()
+                        releaseKeptSlot(of: plan.operation)
                     }
+                    owedRetirements += 1
+                    // Moved, not copied: the plan holds the loop's only
+                    // reference when it wakes the operation's waiters.
+                    plan.complete(settle: false)
                 }
             }
             effects.perform(on: self)
@@ -401,7 +389,7 @@ extension OperationQueue {
     }
 }
 
-/// The tail (observers, completion block) of one finished operation, run on
+/// The tail (observers) of one finished operation, run on
 /// a pool worker of its own: a drain loop that retired several operations
 /// at once runs one tail itself and hands each other one to such a job.
 /// The queue counted the retirement as in flight (`unlink` with

@@ -47,8 +47,8 @@ extension OperationQueue {
         }
         defer { if let record { WaitRegistry.shared.end(record) } }
         // Inside the retirement of one of this queue's operations (its
-        // completion block or observers): that retirement must not keep this
-        // wait waiting for itself.
+        // observers): that retirement must not keep this wait waiting for
+        // itself.
         let stepsAside = running.contains { $0.loadState().isFinished && $0.belongs(to: self) }
         let signal = WaitSignal()
         let key = lock.withLock { () -> Int? in
@@ -120,7 +120,7 @@ extension OperationQueue {
             context.queueReference = savedQueue
             // As a drain loop does: the queue's observers hear the finished
             // operation leave (`operationCount`, `operations`) around its
-            // retirement, before its completion block runs.
+            // retirement, before its completion block is handed on.
             let announces = plan != nil && observed.load(ordering: .relaxed)
             if announces { notifyWillChange(Self.contentKeys) }
             // This thread's reference may be the operation's last (it may

@@ -272,10 +272,10 @@ open class OperationQueue: @unchecked Sendable {
     /// Foundation, and its underlying queue cannot be changed.
     ///
     /// Operations start on the dispatch queue, and their observers are told
-    /// there; their completion blocks run on the shared pool, so that a
+    /// there; their completion blocks run on the shared pool, as every
+    /// completion block does (asynchronously, as on Darwin), so that a
     /// serial dispatch queue can start the next operation while a completion
-    /// block runs (or waits for it), as completion blocks run asynchronously
-    /// on Darwin.
+    /// block runs (or waits for it).
     open var underlyingQueue: DispatchQueue? {
         get {
             if kind == .mainThread { return DispatchQueue.main }
@@ -460,9 +460,10 @@ open class OperationQueue: @unchecked Sendable {
 
     // MARK: Waiting
 
-    /// Blocks until the queue is empty: every operation finished and its
-    /// completion block ran, including operations added while waiting and
-    /// asynchronous operations that finish later.
+    /// Blocks until the queue is empty: every operation finished, including
+    /// operations added while waiting and asynchronous operations that
+    /// finish later. As in Foundation, completion blocks run asynchronously
+    /// and are not waited for.
     ///
     /// Waiting from inside one of the queue's own operations can never end
     /// and is a misuse (``OperationMisuse/Code/waitDeadlock``); so is any

@@ -177,7 +177,7 @@ struct QueueState {
     /// Removes a finished operation: frees its slot, advances barriers, and
     /// returns the list's retain of it (still counted), which the caller
     /// releases after unlocking (releasing may run a subclass's `deinit`). `retirementPending`
-    /// counts its observers and completion block as in flight, until
+    /// counts its observers as in flight, until
     /// `retirementDone()`.
     ///
     /// With `keepingSlot`, an operation that holds a slot keeps it (counted

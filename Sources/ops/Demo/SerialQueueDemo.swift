@@ -54,6 +54,9 @@ enum SerialQueueDemo {
         }
         for operation in operations { queue.addOperation(operation) }
         let drained = queue.waitUntilAllOperationsAreFinished(timeout: .seconds(10))
+        // The completion block runs asynchronously, as in Foundation: the
+        // wait does not wait for it.
+        _ = log.waitForLines(["operation2-completionBlock"])
         recorder.stop()
 
         log.check(drained, "waitUntilAllOperationsAreFinished returned within 10 s")
@@ -101,6 +104,9 @@ enum SerialQueueDemo {
         }
         for operation in operations { queue.addOperation(operation) }
         let drained = queue.waitUntilAllOperationsAreFinished(timeout: .seconds(10))
+        // The completion block runs asynchronously, as in Foundation: the
+        // wait does not wait for it.
+        _ = log.waitForLines(["operation2-completionBlock"])
         recorder.stop()
 
         log.check(drained, "waitUntilAllOperationsAreFinished returned within 10 s")

@@ -180,6 +180,8 @@ struct AsyncSurfaceRegressionTests {
         queue.addOperations(operations, waitUntilFinished: false)
         try await withTimeLimit(180) { await queue.drained() }
         observations.forEach { $0.invalidate() }
+        // Completion blocks run asynchronously: the drain does not wait for them.
+        #expect(await waitUntilAsync(seconds: 100) { waitedInTime.count == width })
         #expect(inTask.events == Array(repeating: false, count: width))
         #expect(waitedInTime.events == Array(repeating: true, count: width))
     }

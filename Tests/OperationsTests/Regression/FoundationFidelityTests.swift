@@ -199,7 +199,7 @@ struct StartAlwaysCalledTests {
         #expect(ops[1].executeCalls.count == 0, "the cancelled operation executed")
         #expect(ops[0].executeCalls.count == 1 && ops[2].executeCalls.count == 1)
         #expect(Set(finishedSeen.events) == [0, 1, 2], "isFinished observers told: \(finishedSeen.events)")
-        #expect(completions.count == 3)
+        #expect(waitUntil { completions.count == 3 })
         withExtendedLifetime(tokens) {}
     }
 
@@ -360,7 +360,7 @@ struct OrderAtFinishTests {
         var dependentReady: Bool
     }
 
-    @Test("issue 10 bullet 4: isFinished observers and the completion block run after the operation left its queue and released its dependents; waits return after the completion block")
+    @Test("issue 10 bullet 4: isFinished observers and the completion block run after the operation left its queue and released its dependents; waits do not wait for the completion block, which runs asynchronously (probe 46)")
     func orderAtFinishForBlockOperation() {
         let queue = makeQueue("finish-order")
         let op = BlockOperation {}
@@ -385,8 +385,8 @@ struct OrderAtFinishTests {
         }
         queue.addOperation(op)
         #expect(op.waitUntilFinished(timeout: patience))
-        #expect(completionDone.count == 1, "waitUntilFinished returned before the completion block ran")
         #expect(queue.waitUntilAllOperationsAreFinished(timeout: patience))
+        #expect(waitUntil { completionDone.count == 1 })
         let expected = Sighting(countsInQueue: false, listedInQueue: false, dependentReady: true)
         #expect(inObserver.value == expected, "in the isFinished observer")
         #expect(inCompletion.value == expected, "in the completion block")
@@ -420,8 +420,8 @@ struct OrderAtFinishTests {
         #expect(op.executing.wait())
         op.gate.open()
         #expect(op.waitUntilFinished(timeout: patience))
-        #expect(inCompletion.value != nil, "waitUntilFinished returned before the completion block ran")
         #expect(queue.waitUntilAllOperationsAreFinished(timeout: patience))
+        #expect(waitUntil { inCompletion.value != nil })
         let expected = Sighting(countsInQueue: false, listedInQueue: false, dependentReady: true)
         #expect(inObserver.value == expected, "in the isFinished observer")
         #expect(inCompletion.value == expected, "in the completion block")

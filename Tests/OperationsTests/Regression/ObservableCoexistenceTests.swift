@@ -11,8 +11,8 @@ import Testing
 /// A view model updated from an operation's completion block.
 @Observable
 final class TransferProgressModel: @unchecked Sendable {
-    // @unchecked Sendable: mutated only from the thread that runs the
-    // operation by hand in the test below, one change at a time.
+    // @unchecked Sendable: mutated only by the completion block in the test
+    // below, once, and read after the gate it opens.
     var completedTransfers = 0
 }
 
@@ -32,8 +32,14 @@ struct ObservableCoexistenceTests {
         let token: KeyValueObservation = op.observe(\.isFinished, options: [.new]) { _, change in
             if let value = change.newValue { seen.record(value) }
         }
-        op.completionBlock = { model.completedTransfers += 1 }
+        let completed = Gate()
+        op.completionBlock = {
+            model.completedTransfers += 1
+            completed.open()
+        }
         op.start()
+        // The completion block runs asynchronously, as in Foundation.
+        #expect(completed.wait())
         #expect(model.completedTransfers == 1)
         #expect(changed.count == 1, "the @Observable model did not report the change")
         #expect(seen.events == [true])
