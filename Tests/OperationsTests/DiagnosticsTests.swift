@@ -11,8 +11,50 @@ private final class SilentlyReadyOperation: Operation, @unchecked Sendable {
     override func main() {}
 }
 
+/// A hand-built operation whose finish is set without an announcement
+/// until `announce()` (probe 46: the report said only that it waits for its
+/// finish).
+private final class SilentlyFinishedOperation: Operation, @unchecked Sendable {
+    // @unchecked Sendable: the flags are atomics; `started` is a Sendable gate.
+    let executing = Atomic<Bool>(false)
+    let finished = Atomic<Bool>(false)
+    let started = Gate()
+    override var isAsynchronous: Bool { true }
+    override var isExecuting: Bool { executing.load(ordering: .acquiring) }
+    override var isFinished: Bool { finished.load(ordering: .acquiring) }
+    override func start() {
+        willChangeValue(forKey: "isExecuting")
+        executing.store(true, ordering: .releasing)
+        didChangeValue(forKey: "isExecuting")
+        started.open()
+    }
+    func finishSilently() {
+        executing.store(false, ordering: .releasing)
+        finished.store(true, ordering: .releasing)
+    }
+    func announce() {
+        willChangeValue(forKey: "isFinished")
+        didChangeValue(forKey: "isFinished")
+    }
+}
+
 @Suite("diagnostics")
 struct DiagnosticsTests {
+    @Test("an operation whose isFinished override turned true unannounced: the reason says the queue was not told (probe 46)")
+    func unannouncedFinish() {
+        let queue = makeQueue("diagnostics-silent-finish")
+        let operation = SilentlyFinishedOperation()
+        operation.name = "silently-finished"
+        queue.addOperation(operation)
+        #expect(operation.started.wait())
+        operation.finishSilently()
+        let report = queue.diagnostics().operations.first { $0.subject.contains("silently-finished") }
+        #expect(report?.reasons == [.finishNotAnnounced], "\(String(describing: report))")
+        #expect(report?.reasons.first?.description.contains("no isFinished announcement") == true)
+        operation.announce()
+        #expect(queue.waitUntilAllOperationsAreFinished(timeout: patience))
+    }
+
     @Test("an operation with its own start(), started by its queue, is reported executing, not waiting for a slot (Queuer port)")
     func customStartReportedExecuting() {
         let queue = OperationQueue()

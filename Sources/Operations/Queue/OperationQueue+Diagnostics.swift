@@ -102,6 +102,12 @@ extension OperationQueue {
             /// Its body finished, but its `isFinished` override still
             /// returns false.
             case finishNotReported
+            /// Its `isFinished` override returns true, but the change was
+            /// never announced (`didChangeValue(forKey: "isFinished")`, or of
+            /// a key that `isFinished` depends on): the queue reads the
+            /// getter only when told, as Foundation's does, so the operation
+            /// stays in its queue.
+            case finishNotAnnounced
 
             /// A short phrase.
             public var description: String {
@@ -122,6 +128,7 @@ extension OperationQueue {
                 case .readinessOverride: return "its isReady override has not read true when announced (the queue re-reads it only after an isReady announcement)"
                 case .asynchronousFinish: return "asynchronous: waits for its finish"
                 case .finishNotReported: return "its body finished; its isFinished override still returns false"
+                case .finishNotAnnounced: return "its isFinished override returns true, but no isFinished announcement was heard (didChangeValue(forKey: \"isFinished\")): the queue re-reads the getter only when told"
                 }
             }
         }
@@ -153,9 +160,18 @@ extension OperationQueue {
                 let ownStart = startedByQueue && state.phase == .pending
                 phase = ownStart ? OperationState.Phase.executing.rawValue : state.phase.rawValue
                 isCancelled = state.isCancelled
-                reasons = ownStart
+                let reasons = ownStart
                     ? [.asynchronousFinish]
                     : Self.reasons(for: operation, state: state, summary: summary, cycles: cycles, earlier: earlier)
+                // A finish set without an announcement (probe 46: the report
+                // said only that it waits for its finish). The getter is
+                // user code, read with no lock held.
+                let executing = ownStart || state.phase == .executing
+                if executing, !state.isFinished, operation.overrides(.isFinished), operation.isFinished {
+                    self.reasons = [.finishNotAnnounced]
+                } else {
+                    self.reasons = reasons
+                }
             }
 
             private static func reasons(
