@@ -85,17 +85,21 @@ extension OperationQueue {
                          contentAnnounced: contentAnnounced, prevalidated: true, roomTicket: waitingTicket)
         }
         // A class that overrides `isExecuting` or `isFinished` reports its
-        // own state: ask it before taking any lock.
+        // own state: ask it before taking any lock (once: a batch's getters
+        // were read above, or by `validatedBatch` when `prevalidated`).
+        let gettersRead = prevalidated || operations.count > 1
         var refusedByGetter: Set<ObjectIdentifier> = []
         // The operations whose context this call captured: an operation
         // this call does not add gives its context back (see the end).
         var captured: [(operation: Operation, serial: UInt64)] = []
-        operations.forEachBorrowed { operation in
-            if let refusal = operation.reportedEnqueueRefusal() {
-                reportRefusedAdd(operation, refusal: refusal, owner: nil, batch: [])
-                refusedByGetter.insert(ObjectIdentifier(operation))
-            } else if OperationContextPropagation.isActive, let serial = operation.captureContextIfNeeded() {
-                captured.append((operation, serial))
+        if !gettersRead || OperationContextPropagation.isActive {
+            operations.forEachBorrowed { operation in
+                if !gettersRead, let refusal = operation.reportedEnqueueRefusal() {
+                    reportRefusedAdd(operation, refusal: refusal, owner: nil, batch: [])
+                    refusedByGetter.insert(ObjectIdentifier(operation))
+                } else if OperationContextPropagation.isActive, let serial = operation.captureContextIfNeeded() {
+                    captured.append((operation, serial))
+                }
             }
         }
         defer {
