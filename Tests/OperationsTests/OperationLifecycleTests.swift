@@ -293,6 +293,82 @@ struct OperationLifecycleTests {
         #expect(current.value == true)
     }
 
+    @Test("completion blocks of operations that finish one after another start in that order (ports rerun: SwiftQueue's cancel-all test)")
+    func completionBlocksStartInFinishOrder() {
+        // As with Foundation's global queue, a block may overtake the one
+        // before it only in the instant between being taken and being
+        // called; one job per block on the pool reversed 43% of pairs
+        // started by hand and 82% of pairs finished in a queue.
+        let trials = 300
+        var reversed = 0
+        let queue = makeQueue("completion-order", width: 1)
+        for trial in 0..<trials {
+            let order = Recorder<Int>()
+            let first = BlockOperation {}
+            let second = BlockOperation {}
+            first.completionBlock = { order.record(1) }
+            second.completionBlock = { order.record(2) }
+            if trial.isMultiple(of: 2) {
+                first.start()
+                second.start()
+            } else {
+                queue.addOperations([first, second], waitUntilFinished: false)
+            }
+            #expect(waitUntil { order.count == 2 })
+            if order.events != [1, 2] { reversed += 1 }
+        }
+        #expect(reversed <= trials / 50, "\(reversed) of \(trials) pairs of completion blocks started in the reverse order")
+    }
+
+    @Test("a completion block that waits for its own, now empty, queue returns at once, and so does a wait from outside (probe 47)")
+    func completionBlockWaitsForItsQueue() {
+        var stuck = 0
+        for _ in 0..<100 {
+            let queue = makeQueue("completion-waits-queue", width: 1)
+            let result = LockedValue<Bool?>(nil)
+            let op = BlockOperation {}
+            op.completionBlock = {
+                let idle = queue.waitUntilAllOperationsAreFinished(timeout: .seconds(2))
+                result.withLock { $0 = idle }
+            }
+            queue.addOperation(op)
+            #expect(waitUntil { result.withLock { $0 } != nil })
+            if result.withLock({ $0 }) != true { stuck += 1 }
+            #expect(queue.waitUntilAllOperationsAreFinished(timeout: .seconds(2)))
+        }
+        #expect(stuck == 0, "\(stuck) of 100 completion blocks waited in vain for their empty queue")
+    }
+
+    @Test("an add from a completion block to its operation's queue is its own work: never held back by the pending limit (probe 47)", arguments: [PendingLimitPolicy.block, .reject])
+    func completionBlockAddIsNotHeldBack(policy: PendingLimitPolicy) {
+        let queue = makeQueue("completion-add", width: 2)
+        queue.setPendingLimit(2, policy: policy)
+        let yRan = Gate()
+        let y = BlockOperation { yRan.open() }
+        let xSawY = Box(false)
+        // X needs Y, which A's completion block adds while X and W fill
+        // the queue to its limit.
+        let x = BlockOperation { xSawY.value = yRan.wait(timeout: .seconds(5)) }
+        let w = BlockOperation {}
+        w.addDependency(x)
+        let added = Gate()
+        let filled = Gate()
+        let a = BlockOperation {}
+        a.completionBlock = {
+            _ = filled.wait()
+            queue.addOperation(y)
+            added.open()
+        }
+        queue.addOperation(a)
+        #expect(a.waitUntilFinished(timeout: patience))
+        queue.addOperations([x, w], waitUntilFinished: false)
+        filled.open()
+        #expect(added.wait(timeout: .seconds(2)), "the completion block's add was held back by the pending limit")
+        #expect(queue.waitUntilAllOperationsAreFinished(timeout: patience))
+        #expect(xSawY.value)
+        #expect(!y.isCancelled && y.isFinished)
+    }
+
     @Test("a wait does not wait for the completion block: one that takes a lock the waiter holds does not hang it (probe 46)")
     func waitDoesNotWaitForCompletionBlock() {
         let lock = PlatformLock()

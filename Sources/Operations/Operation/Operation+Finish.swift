@@ -433,13 +433,14 @@ struct FinishPlan: ~Copyable {
             }
             if let block = details.takeCompletion() {
                 // Submitted before the waiters wake, so that it starts as
-                // soon as a worker is free. The queue is still alive here
+                // soon as a worker is free, and in the order the operations
+                // finished (`CompletionBlocks`). The queue is still alive here
                 // (the operation's retirement is in flight, or the caller
                 // runs its drain loop).
                 let queueQoS = owner?._withUnsafeGuaranteedRef { $0.qualityOfServiceIndex.load(ordering: .relaxed) }
                     ?? QualityOfService.default.index
                 let qos = OperationQueue.effectiveQualityOfService(operation: operation.loadState().qosIndex, queue: queueQoS)
-                WorkerPool.shared.submit(CompletionJob(block, of: operation), qos: qos)
+                CompletionBlocks.submit(block, of: operation, queue: owner?.takeUnretainedValue(), qos: qos)
             }
         }
         let waiters = operation.retire()
@@ -448,36 +449,6 @@ struct FinishPlan: ~Copyable {
         if settle, let owner {
             owner._withUnsafeGuaranteedRef { $0.memberRetired() }
         }
-    }
-}
-
-/// A finished operation's completion block, run on a worker of the pool
-/// (see `FinishPlan.complete(settle:)`). It holds the operation until the
-/// block has run, as Foundation does. Inside the block,
-/// `OperationQueue.current` is nil, as in Foundation.
-final class CompletionJob: PoolJob, @unchecked Sendable {
-    // @unchecked Sendable: `block` and `operation` are taken once, by the
-    // one worker that runs the job; nothing else touches them.
-    private var block: (@Sendable () -> Void)?
-    private var operation: Operation?
-
-    init(_ block: @escaping @Sendable () -> Void, of operation: Operation) {
-        self.block = block
-        self.operation = operation
-    }
-
-    func runJob(on worker: Worker) {
-        guard let block = block.take(), let operation = operation.take() else { return }
-        ThreadContext.withCurrent { context in
-            let saved = context.enter(operation, queue: nil)
-            let outer = context.inCompletionBlock
-            context.inCompletionBlock = true
-            block()
-            context.inCompletionBlock = outer
-            context.leave(restoring: saved)
-        }
-        // The block, then the operation, are released here, on the worker,
-        // with no lock held.
     }
 }
 
@@ -501,7 +472,7 @@ final class FinishDetails {
         self.completion = completion
         self.keys = keys
         // The completion block is not part of it: it runs on a worker of
-        // the pool (`CompletionJob`).
+        // the pool (`CompletionBlocks`).
         hasUserTail = !keys.isEmpty
     }
 

@@ -68,8 +68,8 @@ extension Operation {
     /// finish plan is returned: the caller (the drain loop) removes the
     /// operation from the queue and then completes the plan, so that
     /// finishing and picking the next operation share one lock acquisition.
-    final func startFromQueue(customStart: Bool) -> FinishPlan? {
-        guard customStart else { return performBaseStart(queueCall: true) }
+    final func startFromQueue(customStart: Bool, for queue: OperationQueue) -> FinishPlan? {
+        guard customStart else { return performBaseStart(queueCall: true, owner: queue) }
         // The mark stays after `start()` returns, until the base start
         // consumes it or the operation finishes: a class may hand its
         // `super.start()` to another thread (or re-dispatch its own
@@ -90,12 +90,15 @@ extension Operation {
     /// the operation finished synchronously. Returns nil when the body
     /// continues asynchronously, when the class reports it unfinished, or
     /// when the call was a misuse that a handler refused.
-    final func performBaseStart(queueCall: Bool) -> FinishPlan? {
+    ///
+    /// `owner`: the queue whose drain loop makes the call (it owns the
+    /// operation), when known.
+    final func performBaseStart(queueCall: Bool, owner: OperationQueue? = nil) -> FinishPlan? {
         // One compare-and-swap for the plain case: no dependencies,
         // observers, cancellation or failure policy, readiness not user code.
         if queueCall || !overrides(.isReady), tryFastStart(byQueue: queueCall) {
             if !queueCall { manualStartCommitted() }
-            return withThreadContext { runBodyAndFinish() }
+            return withThreadContext { runBodyAndFinish(owner: owner) }
         }
         var state = loadState()
         // As in Foundation, the base start skips the body only for the base
@@ -115,10 +118,10 @@ extension Operation {
         }
         // From here the thread runs this operation: observers of its
         // lifecycle (which may wait) are recognised as running inside it.
-        return withThreadContext { startValidated(state: state, cancelled: cancelled, queueCall: queueCall) }
+        return withThreadContext { startValidated(state: state, cancelled: cancelled, queueCall: queueCall, owner: owner) }
     }
 
-    private func startValidated(state: OperationState, cancelled: Bool, queueCall: Bool) -> FinishPlan? {
+    private func startValidated(state: OperationState, cancelled: Bool, queueCall: Bool, owner: OperationQueue?) -> FinishPlan? {
         let observed = state.isObserved
         let predicted: [String] = cancelled ? ["isFinished"] : ["isExecuting"]
         if observed { notifyWillChange(predicted) }
@@ -138,7 +141,7 @@ extension Operation {
                 }
                 notifyDidChange(["isExecuting"])
             }
-            return runBodyAndFinish()
+            return runBodyAndFinish(owner: owner)
         case .skipCancelled:
             if !queueCall { manualStartCommitted() }
             // Only when "will isFinished" was the announcement (or none was).
@@ -163,11 +166,11 @@ extension Operation {
 
     /// Runs the body with the thread context set; returns the finish plan if
     /// it finished synchronously.
-    private func runBodyAndFinish() -> FinishPlan? {
+    private func runBodyAndFinish(owner: OperationQueue?) -> FinishPlan? {
         // A queue's progress (`OperationsFoundation`) counts the body of
         // each operation its base start runs; nothing to check until one
         // is installed in the process.
-        let outcome = ProgressHook.isInstalled ? runBodyReportingProgress() : runBody()
+        let outcome = ProgressHook.isInstalled ? runBodyReportingProgress(owner: owner) : runBody()
         guard case .finished = outcome else { return nil }
         return bodyDidFinish(wasExecuting: true, announced: false)
     }

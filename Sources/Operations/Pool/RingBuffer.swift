@@ -8,6 +8,9 @@ struct RingBuffer<Element> {
 
     var isEmpty: Bool { count == 0 }
 
+    /// The element `popFirst()` would return, left in place.
+    var first: Element? { count > 0 ? storage[head] : nil }
+
     mutating func append(_ element: Element) {
         if count == storage.count { grow() }
         storage[(head + count) % storage.count] = element

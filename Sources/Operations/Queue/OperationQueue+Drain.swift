@@ -7,7 +7,7 @@
 // the queue, admitting the dependents it made ready, and picking the next
 // operation share one lock acquisition. Its observers run right after, on
 // the loop's thread, before the loop picks another operation; its
-// completion block goes to a worker of the pool (`CompletionJob`), as
+// completion block goes to a worker of the pool (`CompletionBlocks`), as
 // Foundation runs it asynchronously.
 //
 // Foundation's order — a slot starts its next operation only after the
@@ -298,7 +298,7 @@ extension OperationQueue {
     /// Starts one dequeued operation; if it finished synchronously, releases
     /// its dependents and returns its plan for the loop to retire.
     private func run(_ operation: Operation, customStart: Bool, readied: inout [Unmanaged<Operation>]) -> FinishPlan? {
-        guard let plan = operation.startFromQueue(customStart: customStart) else { return nil }
+        guard let plan = operation.startFromQueue(customStart: customStart, for: self) else { return nil }
         plan.releaseDependents(collectingFor: self, into: &readied)
         return plan
     }

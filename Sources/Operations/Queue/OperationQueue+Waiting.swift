@@ -116,7 +116,7 @@ extension OperationQueue {
             if OperationInstrumentation.isActive { OperationInstrumentation.emit(.started, operation, queue: self) }
             let savedQueue = context.queueReference
             context.queueReference = Unmanaged.passUnretained(self)
-            var plan = operation.startFromQueue(customStart: customStart)
+            var plan = operation.startFromQueue(customStart: customStart, for: self)
             context.queueReference = savedQueue
             // As a drain loop does: the queue's observers hear the finished
             // operation leave (`operationCount`, `operations`) around its

@@ -42,7 +42,7 @@ open class OperationQueue: @unchecked Sendable {
     // `storedUnderlyingQueue`, `observers`,
     // `pendingLimitPolicy`, `drainWaiters`, `changeWaiters`, `roomWaiters`,
     // `eventSinks`, `nextEventSinkID`, `lastCountsSample` and `storedProgressReporter` are read and written only while
-    // `lock` is held. `observed`, `qualityOfServiceIndex` and `hasEventSinks` are atomic. `kind` is
+    // `lock` is held. `observed`, `qualityOfServiceIndex`, `hasEventSinks` and `hasProgressReporter` are atomic. `kind` is
     // immutable.
 
     /// Where drain loops run.
@@ -88,6 +88,8 @@ open class OperationQueue: @unchecked Sendable {
     /// The progress reporter of `OperationsFoundation`'s `progress`, if
     /// installed (see `OperationQueue+ProgressHook.swift`).
     @exclusivity(unchecked) final var storedProgressReporter: (any OperationQueueProgressReporter)?
+    /// Whether `storedProgressReporter` is set (read without the lock).
+    final let hasProgressReporter = Atomic<Bool>(false)
     /// Whether `eventSinks` is non-empty (read without the lock).
     final let hasEventSinks = Atomic<Bool>(false)
     /// The number, in the drain loops' progress (`DrainLoops.progress`),
@@ -375,13 +377,15 @@ open class OperationQueue: @unchecked Sendable {
     }
 
     /// Adds several operations in one step and, if `wait` is true, blocks
-    /// until exactly those operations have finished (and their completion
-    /// blocks have run).
+    /// until exactly those operations have finished (their completion
+    /// blocks run asynchronously and are not waited for, as in Foundation).
     ///
     /// An operation that may not be added (finished, executing, or already
     /// in a queue) is a misuse, and the whole batch is refused: none of
     /// `operations` is added, as Foundation raises before adding any, and
-    /// the call returns at once. The same operation twice in `operations`
+    /// the call returns at once. (If another thread adds one of the batch's
+    /// operations to a queue at the same moment, that race is settled per
+    /// operation: only the one taken is refused.) The same operation twice in `operations`
     /// is a misuse too (``OperationMisuse/Code/duplicateInBatch``), but
     /// only its first occurrence counts: the other operations are still
     /// added.
