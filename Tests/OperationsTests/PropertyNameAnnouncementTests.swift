@@ -132,3 +132,38 @@ struct PropertyNameAnnouncementTests {
         #expect(queue.waitUntilAllOperationsAreFinished(timeout: patience))
     }
 }
+
+/// A hand-built operation whose `isFinished` depends on a computed property
+/// of its own named `finished` (backed by `_finished`), announced by key
+/// path: a property named like a lifecycle key stays a key of its own.
+private final class ComputedFinishedOperation: Operation, @unchecked Sendable {
+    // @unchecked Sendable: `_finished` is a locked value.
+    enum Completion { case pending, done }
+    private let _finished = LockedValue(Completion.pending)
+    var finished: Completion {
+        get { _finished.withLock { $0 } }
+        set {
+            willChangeValue(for: \.finished)
+            _finished.withLock { $0 = newValue }
+            didChangeValue(for: \.finished)
+        }
+    }
+    override class func keyPathsForValuesAffectingValue(forKey key: String) -> Set<String> {
+        key == "isFinished" ? ["finished"] : super.keyPathsForValuesAffectingValue(forKey: key)
+    }
+    override var isAsynchronous: Bool { true }
+    override var isFinished: Bool { finished == .done }
+    override func start() { spawnThread { self.finished = .done } }
+}
+
+@Suite("A computed property named like a lifecycle key")
+struct ComputedPropertyNameTests {
+    @Test("a computed `finished` on which isFinished depends, announced by key path, finishes the operation")
+    func computedFinished() {
+        let queue = makeQueue("names.computed")
+        let operation = ComputedFinishedOperation()
+        queue.addOperation(operation)
+        #expect(queue.waitUntilAllOperationsAreFinished(timeout: patience))
+        #expect(operation.isFinished)
+    }
+}

@@ -73,10 +73,10 @@ enum DependentKeys {
     /// The keys whose dependencies are looked up: the lifecycle keys, and
     /// the property names the library also acts on (`finished` for
     /// `isFinished`, and so on), as Foundation's operation does.
-    static let lifecycleKeys = [
-        "isReady", "isExecuting", "isFinished", "isCancelled", "isAsynchronous", "isConcurrent",
-        "ready", "executing", "finished", "cancelled",
-    ]
+    static let lifecycleKeys = isKeys + ["ready", "executing", "finished", "cancelled"]
+
+    /// The lifecycle keys proper.
+    static let isKeys = ["isReady", "isExecuting", "isFinished", "isCancelled", "isAsynchronous", "isConcurrent"]
 
     /// Per class: announced key → lifecycle keys it affects.
     private static let cache = LockedValue<[ObjectIdentifier: [String: [String]]]>([:])
@@ -92,7 +92,9 @@ enum DependentKeys {
     /// in the usual pattern): every key `keyPathsForValuesAffectingValue`
     /// names, at any level, except the lifecycle keys themselves.
     static func ownSourceKeys(in type: Operation.Type) -> [String] {
-        table(for: type).keys.filter { !lifecycleKeys.contains($0) }.sorted()
+        // A property named like one (`finished`) may be the class's own,
+        // on which `isFinished` depends: it stays a source.
+        table(for: type).keys.filter { !isKeys.contains($0) }.sorted()
     }
 
     /// Every key that `key` depends on for `type`, through every level,
