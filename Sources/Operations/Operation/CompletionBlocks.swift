@@ -6,7 +6,8 @@
 // the pool would not keep that order: two jobs submitted one after the other
 // go to two workers, and the second often runs first (ports rerun:
 // SwiftQueue's cancel-all test, which records its jobs' removals from their
-// completion blocks, saw them reversed in 8 runs of 10). So the blocks wait
+// completion blocks, saw them reversed in 18 of 30 runs, and 816 of 1,000
+// pairs finished in a queue started in reverse). So the blocks wait
 // in one first-in-first-out line, and a runner job takes one block from its
 // head, posts the next runner if more wait, and only then runs its block,
 // once the block before it has started (the runner that took it is between
@@ -39,7 +40,7 @@ enum CompletionBlocks {
         var sequence: UInt64 = 0
     }
 
-    /// Guarded by `lock`.
+    /// Guarded by the lock of `line`, below.
     struct Line {
         var items = RingBuffer<Item>()
         /// Whether a runner is posted and has not yet taken its block. While
