@@ -48,13 +48,13 @@ struct QueueProgressTests {
         let queue = serialQueue()
         queue.addOperation {}
         queue.addOperation {}
-        queue.waitUntilAllOperationsAreFinished()
+        #expect(queue.waitUntilAllOperationsAreFinished(timeout: .seconds(10)))
         #expect(queue.progress.completedUnitCount == 0)
         #expect(queue.progress.fractionCompleted == 0)
 
         queue.progress.totalUnitCount = 3
         for _ in 0..<3 { queue.addOperation {} }
-        queue.waitUntilAllOperationsAreFinished()
+        #expect(queue.waitUntilAllOperationsAreFinished(timeout: .seconds(10)))
         #expect(queue.progress.completedUnitCount == 3)
         #expect(queue.progress.fractionCompleted == 1)
     }
@@ -65,7 +65,7 @@ struct QueueProgressTests {
         let first = queue.progress
         let seen = Mutex<Progress?>(nil)
         queue.addOperation { seen.withLock { $0 = OperationQueue.current?.progress } }
-        queue.waitUntilAllOperationsAreFinished()
+        #expect(queue.waitUntilAllOperationsAreFinished(timeout: .seconds(10)))
         #expect(queue.progress === first)
         #expect(seen.withLock { $0 } === first)
     }
@@ -78,7 +78,7 @@ struct QueueProgressTests {
         for _ in 0..<4 {
             queue.addOperation { fractions.withLock { $0.append(queue.progress.fractionCompleted) } }
         }
-        queue.waitUntilAllOperationsAreFinished()
+        #expect(queue.waitUntilAllOperationsAreFinished(timeout: .seconds(10)))
         #expect(fractions.withLock { $0 } == [0, 0.25, 0.5, 0.75])
         #expect(queue.progress.fractionCompleted == 1)
     }
@@ -94,7 +94,7 @@ struct QueueProgressTests {
             halfway.withLock { $0 = queue.progress.fractionCompleted }
             own.completedUnitCount = 4
         }
-        queue.waitUntilAllOperationsAreFinished()
+        #expect(queue.waitUntilAllOperationsAreFinished(timeout: .seconds(10)))
         #expect(halfway.withLock { $0 } == 0.5)
         #expect(queue.progress.fractionCompleted == 1)
     }
@@ -110,7 +110,7 @@ struct QueueProgressTests {
         queue.addBarrierBlock {}
         queue.addOperation(SuperStartingOperation())
         queue.addOperation {}
-        queue.waitUntilAllOperationsAreFinished()
+        #expect(queue.waitUntilAllOperationsAreFinished(timeout: .seconds(10)))
         #expect(queue.progress.completedUnitCount == 2)
     }
 
@@ -120,7 +120,7 @@ struct QueueProgressTests {
         queue.maxConcurrentOperationCount = 8
         queue.progress.totalUnitCount = 2_000
         for _ in 0..<2_000 { queue.addOperation {} }
-        queue.waitUntilAllOperationsAreFinished()
+        #expect(queue.waitUntilAllOperationsAreFinished(timeout: .seconds(10)))
         #expect(queue.progress.completedUnitCount == 2_000)
         #expect(queue.progress.fractionCompleted == 1)
     }
@@ -133,7 +133,7 @@ struct QueueProgressTests {
         queue.progress.totalUnitCount = 2
         queue.addOperation {}
         queue.addOperation {}
-        queue.waitUntilAllOperationsAreFinished()
+        #expect(queue.waitUntilAllOperationsAreFinished(timeout: .seconds(10)))
         #expect(overall.fractionCompleted == 0.5)
         #expect(overall.completedUnitCount == 1)
     }

@@ -369,17 +369,23 @@ struct OperationLifecycleTests {
         #expect(!y.isCancelled && y.isFinished)
     }
 
+    /// A completion block that takes `lock` (held by the waiter in the
+    /// tests below), then opens `gate`.
+    private func takesLock(_ lock: PlatformLock, thenOpens gate: Gate) -> @Sendable () -> Void {
+        {
+            lock.lock()
+            lock.unlock()
+            gate.open()
+        }
+    }
+
     @Test("a wait does not wait for the completion block: one that takes a lock the waiter holds does not hang it (probe 46)")
     func waitDoesNotWaitForCompletionBlock() {
         let lock = PlatformLock()
         let completed = Gate()
         let returned = Gate()
         let op = BlockOperation {}
-        op.completionBlock = {
-            lock.lock()
-            lock.unlock()
-            completed.open()
-        }
+        op.completionBlock = takesLock(lock, thenOpens: completed)
         let queue = makeQueue("completion-lock")
         spawnThread {
             lock.lock()
@@ -397,11 +403,7 @@ struct OperationLifecycleTests {
         let completed = Gate()
         let returned = Gate()
         let op = BlockOperation {}
-        op.completionBlock = {
-            lock.lock()
-            lock.unlock()
-            completed.open()
-        }
+        op.completionBlock = takesLock(lock, thenOpens: completed)
         spawnThread {
             lock.lock()
             op.start()

@@ -294,8 +294,6 @@ struct FinishPlan: ~Copyable {
     /// Whether step 4 tells observers of `isExecuting`/`isFinished`.
     var announces: Bool { details?.announces ?? false }
 
-    /// Whether step 4 runs a completion block.
-    var hasCompletionBlock: Bool { details?.hasCompletion ?? false }
 
     /// Whether the queue must count the retirement as in flight until step
     /// 6: the tail runs user code, or instruments are told `finished` there
@@ -479,8 +477,6 @@ final class FinishDetails {
     /// Whether the retirement owes observers announcements.
     var announces: Bool { !keys.isEmpty }
 
-    /// Whether a completion block is still to run.
-    var hasCompletion: Bool { completion != nil }
 
     /// The owed announcements' key names, once.
     func takeAnnouncement() -> [String]? {
