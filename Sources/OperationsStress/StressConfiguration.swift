@@ -154,7 +154,7 @@ public struct StressViolation: Sendable, Hashable, CustomStringConvertible {
         /// `OperationQueue._checkInvariants()` returned a broken invariant.
         case invariant
         /// The pending limit was not enforced as its policy says
-        /// (`tryAddOperation`, `.block`, `.reject`, `async addOperation`).
+        /// (`tryAddOperation`, `.block`, `.reject`, `addOperationWhenRoom`).
         case pendingLimit
         /// An observer's or async body's check failed (a wait from an
         /// observer did not end, a typed result was wrong).

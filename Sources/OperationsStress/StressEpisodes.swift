@@ -110,7 +110,7 @@ extension StressRound {
         stampAdd([index], tracker: tracker)
         Task { [self] in
             await OperationMisuse.withHandler(misuseHandler) {
-                await queue.addOperation(operation)
+                await queue.addOperationWhenRoom(operation)
             }
             wait.returned.store(true, ordering: .sequentiallyConsistent)
             done.signal()

@@ -58,7 +58,7 @@ extension StressPlan {
             /// Synchronous `addOperation` under `.block` on a helper thread:
             /// it must not return while the queue is full.
             case blockingAdd
-            /// `await queue.addOperation(_:)` from a task: it must not
+            /// `await queue.addOperationWhenRoom(_:)` from a task: it must not
             /// return while the queue is full.
             case asyncAdd
         }

@@ -21,7 +21,7 @@ struct AsyncBodyTests {
         }
         #expect(operation.isAsynchronous)
         let queue = OperationQueue()
-        await queue.addOperation(operation)
+        await queue.addOperationWhenRoom(operation)
         try await withTimeLimit { await entered.opened() }
         #expect(operation.isExecuting)
         #expect(!operation.isFinished)
@@ -49,7 +49,7 @@ struct AsyncBodyTests {
             if change.newValue == true { starterThread.withLock { $0 = currentThreadID() } }
         }
         let queue = OperationQueue()
-        await queue.addOperation(operation)
+        await queue.addOperationWhenRoom(operation)
         let clock = ContinuousClock()
         let deadline = clock.now + patience
         while bodyThread.withLock({ $0 }) == nil, clock.now < deadline {
@@ -136,7 +136,7 @@ struct AsyncBodyTests {
         // busy.
         spawnThread { if started.wait() { operation.cancel() } }
         let queue = OperationQueue()
-        await queue.addOperation(operation)
+        await queue.addOperationWhenRoom(operation)
         let result = try await withTimeLimit(90) { () -> Result<Int, any Error>? in
             await operation.finished()
             return operation.result
@@ -164,7 +164,7 @@ struct AsyncBodyTests {
             sawCancellation.withLock { $0 = Task.isCancelled }
             throw CancellationError()
         }
-        await OperationQueue().addOperation(operation)
+        await OperationQueue().addOperationWhenRoom(operation)
         try await withTimeLimit { await entered.opened() }
         operation.cancel()
         let result = try await withTimeLimit { () -> Result<Int, any Error>? in
@@ -190,7 +190,7 @@ struct AsyncBodyTests {
         }
         operation.cancel()
         let queue = OperationQueue()
-        await queue.addOperation(operation)
+        await queue.addOperationWhenRoom(operation)
         await #expect(throws: CancellationError.self) {
             try await withTimeLimit { try await operation.value }
         }
@@ -202,7 +202,7 @@ struct AsyncBodyTests {
     func awaitFinished() async throws {
         let operation = BlockOperation {}
         let queue = OperationQueue()
-        await queue.addOperation(operation)
+        await queue.addOperationWhenRoom(operation)
         try await withTimeLimit { await operation.finished() }
         #expect(operation.isFinished)
         try await withTimeLimit { await operation.finished() }
@@ -213,7 +213,7 @@ struct AsyncBodyTests {
         let queue = OperationQueue()
         queue.isSuspended = true
         let operation = BlockOperation {}
-        await queue.addOperation(operation)
+        await queue.addOperationWhenRoom(operation)
         let cancelled = AsyncGate()
         let token = operation.observe(\.isCancelled) { op, _ in if op.isCancelled { cancelled.open() } }
         let waiter = Task { await operation.finished() }
@@ -233,12 +233,12 @@ struct AsyncBodyTests {
         let queue = OperationQueue()
         let release = AsyncGate()
         let counter = Atomic<Int>(0)
-        await queue.addOperation(ResultOperation { () async -> Void in
+        await queue.addOperationWhenRoom(ResultOperation { () async -> Void in
             await release.opened()
             counter.add(1, ordering: .relaxed)
         })
         let waiter = Task { await queue.drained() }
-        await queue.addOperation { counter.add(1, ordering: .relaxed) }
+        await queue.addOperationWhenRoom { counter.add(1, ordering: .relaxed) }
         release.open()
         try await withTimeLimit { await waiter.value }
         #expect(counter.load(ordering: .relaxed) == 2)

@@ -15,7 +15,7 @@ struct BackpressureTests {
         let total = 2_000
         try await withTimeLimit(90) {
             for _ in 0..<total {
-                await queue.addOperation {
+                await queue.addOperationWhenRoom {
                     let count = queue.operationCount
                     _ = peak.max(count, ordering: .relaxed)
                     done.add(1, ordering: .relaxed)
@@ -109,9 +109,9 @@ struct BackpressureTests {
         let queue = OperationQueue()
         queue.isSuspended = true
         queue.setPendingLimit(1)
-        await queue.addOperation(BlockOperation {})
+        await queue.addOperationWhenRoom(BlockOperation {})
         let waiting = BlockOperation {}
-        let producer = Task { await queue.addOperation(waiting) }
+        let producer = Task { await queue.addOperationWhenRoom(waiting) }
         producer.cancel()
         try await withTimeLimit { await producer.value }
         #expect(waiting.isCancelled)
@@ -128,11 +128,11 @@ struct BackpressureTests {
         let added = BlockOperation {}
         let body = ResultOperation<Int, Never> { () async -> Int in
             await withTaskGroup(of: Void.self) { group in
-                group.addTask { await queue.addOperation(added) }
+                group.addTask { await queue.addOperationWhenRoom(added) }
             }
             return 1
         }
-        await queue.addOperation(body)
+        await queue.addOperationWhenRoom(body)
         _ = try await withTimeLimit { try await body.value }
         try await withTimeLimit { await queue.drained() }
         #expect(added.isFinished)
@@ -147,7 +147,7 @@ struct BackpressureTests {
             queue.setPendingLimit(1)
             #expect(queue.tryAddOperation(BlockOperation {}))
             let order = Recorder<String>()
-            let first = Task { await queue.addOperation(BlockOperation { order.record("first") }) }
+            let first = Task { await queue.addOperationWhenRoom(BlockOperation { order.record("first") }) }
             #expect(await waitUntilAsync { roomLine(queue) == 1 }, "the first add never waited")
             let later = BlockOperation { order.record("later") }
             let laterAdded = AsyncGate()
@@ -158,7 +158,7 @@ struct BackpressureTests {
                 }
             } else {
                 Task {
-                    await queue.addOperation(later)
+                    await queue.addOperationWhenRoom(later)
                     laterAdded.open()
                 }
             }
@@ -228,7 +228,7 @@ struct BackpressureTests {
             queue.setPendingLimit(1)
             #expect(queue.tryAddOperation(BlockOperation {}))
             let waiting = BlockOperation {}
-            let waiter = Task { await queue.addOperation(waiting) }
+            let waiter = Task { await queue.addOperationWhenRoom(waiting) }
             #expect(await waitUntilAsync { roomLine(queue) == 1 })
             queue.setPendingLimit(2)
             // The waiter is woken for the one place the new limit makes:
@@ -256,13 +256,13 @@ struct BackpressureTests {
         // Two places would be needed: the big batch waits, and keeps the
         // one place left for itself only while it may go ahead.
         let big = [BlockOperation {}, BlockOperation {}]
-        let bigAdd = Task { await queue.addOperations(big) }
+        let bigAdd = Task { await queue.addOperationsWhenRoom(big) }
         #expect(await waitUntilAsync { roomLine(queue) == 1 })
         // A small add behind it fits and goes ahead: a batch that does not
         // fit yet holds back nobody.
         #expect(queue.tryAddOperation(BlockOperation {}))
         let small = BlockOperation {}
-        let smallAdd = Task { await queue.addOperation(small) }
+        let smallAdd = Task { await queue.addOperationWhenRoom(small) }
         #expect(await waitUntilAsync { roomLine(queue) == 2 })
         bigAdd.cancel()
         try await withTimeLimit { await bigAdd.value }
@@ -285,7 +285,7 @@ struct StreamTests {
         let operation = BlockOperation {}
         let changes = operation.stateChanges
         let queue = OperationQueue()
-        await queue.addOperation(operation)
+        await queue.addOperationWhenRoom(operation)
         let seen = try await withTimeLimit {
             var seen: [String] = []
             for await change in changes { seen.append(change.description) }
@@ -348,7 +348,7 @@ struct StreamTests {
         let second = BlockOperation {}
         second.name = "second"
         queue.isSuspended = true
-        await queue.addOperations([first, second])
+        await queue.addOperationsWhenRoom([first, second])
         queue.isSuspended = false
         let seen = try await withTimeLimit {
             var seen: [String] = []
@@ -380,12 +380,12 @@ struct StreamTests {
                 if case .drained = event { break }
             }
         }
-        await queue.addOperation {}
+        await queue.addOperationWhenRoom {}
         try await withTimeLimit { await watcher.value }
         #expect(!isSubscribed(queue), "still subscribed after the consumer left its loop")
         let lifetimes = LifetimeTracker()
         for _ in 0..<200 {
-            await queue.addOperation(lifetimes.track(BlockOperation {}))
+            await queue.addOperationWhenRoom(lifetimes.track(BlockOperation {}))
         }
         try await withTimeLimit { await queue.drained() }
         #expect(lifetimes.waitForRelease().isEmpty, "finished operations kept alive by an abandoned subscription")
@@ -408,7 +408,7 @@ struct StreamTests {
                 if case .drained = timedEvent.event { break }
             }
         }
-        await queue.addOperation {}
+        await queue.addOperationWhenRoom {}
         try await withTimeLimit { await watcher.value }
         #expect(!isSubscribed(queue))
         withExtendedLifetime(timed) {}
@@ -423,7 +423,7 @@ struct StreamTests {
         queue.isSuspended = true
         queue.isSuspended = false
         queue.isSuspended = false
-        await queue.addOperation {}
+        await queue.addOperationWhenRoom {}
         let seen = try await withTimeLimit {
             var seen: [String] = []
             for await event in events {
@@ -442,7 +442,7 @@ struct StreamTests {
         let events = queue.events
         let operation = BlockOperation {}
         operation.name = "buffered"
-        await queue.addOperation(operation)
+        await queue.addOperationWhenRoom(operation)
         try await withTimeLimit { await queue.drained() }
         var seen: [String] = []
         for await event in events {

@@ -3,6 +3,9 @@
 // (ports 37): `NSKeyValueObservation` (OTCore), `debugDescription`
 // (swift-executor), and a project's own timed wait named like the library's
 // (OTCore's `waitUntilAllOperationsAreFinished(timeout: DispatchTimeInterval)`).
+// And Foundation's plain adds inside `async` functions (probe 48): the
+// library's suspending adds once shared their name, and an `async` overload
+// wins in `async` code, so `queue.addOperation(op)` there needed `await`.
 
 import Dispatch
 import Testing
@@ -62,5 +65,32 @@ struct FoundationNamesTests {
         #expect(queue.debugDescription == queue.description)
         let described: Operation = DescribedOperation()
         #expect(described.debugDescription == "described")
+    }
+
+    /// Compiling this file is half the test: before the suspending adds were
+    /// renamed (`addOperationWhenRoom`), the three plain adds below did not
+    /// compile without `await`.
+    @Test("Foundation's plain adds compile in async functions without await, and stay synchronous there")
+    func plainAddsInAsyncCode() async {
+        let queue = makeQueue("plain-adds-async")
+        let ran = Counter()
+        let operation = BlockOperation { ran.increment() }
+        queue.addOperation(operation)
+        queue.addOperation { ran.increment() }
+        queue.addOperations([BlockOperation { ran.increment() }], waitUntilFinished: false)
+        #expect(await waitUntilAsync { ran.count == 3 })
+
+        // They are the synchronous adds, which follow the limit's policy
+        // (here: refuse at once), not the suspending ones.
+        let full = makeQueue("plain-adds-async-full", width: 1)
+        let gate = Gate()
+        full.setPendingLimit(1, policy: .reject)
+        full.addOperation { gate.wait() }
+        let refused = BlockOperation { ran.increment() }
+        full.addOperation(refused)
+        #expect(refused.isCancelled)
+        gate.open()
+        #expect(await waitUntilAsync { refused.isFinished && full.operationCount == 0 })
+        #expect(ran.count == 3)
     }
 }

@@ -101,4 +101,45 @@ struct MainQueueTests {
         #expect(ranSecond.withLock { $0 })
         #expect(third.isCancelled && third.isFinished)
     }
+
+    // Probe 48: under `swift test` the main dispatch queue is drained by a
+    // worker thread (`dispatchMain()`), where `@MainActor` code runs too.
+    // Darwin runs both on the main thread, where `current` is `main`.
+
+    @Test("current is main in @MainActor code, on whichever thread runs it")
+    @MainActor
+    func currentOnMainActor() async {
+        #expect(OperationQueue.current === OperationQueue.main)
+    }
+
+    @Test("current is main in a block of the main dispatch queue, on whichever thread runs it")
+    func currentOnMainDispatchQueue() {
+        let seen = Recorder<Bool>()
+        let done = Gate()
+        DispatchQueue.main.async {
+            seen.record(OperationQueue.current === OperationQueue.main)
+            done.open()
+        }
+        #expect(done.wait(timeout: patience), "the main dispatch queue did not run the block")
+        #expect(seen.events == [true])
+    }
+
+    @Test("a wait made in a block of the main dispatch queue runs main's operations, as on the main thread")
+    func waitOnMainDispatchQueueRunsMainOperations() {
+        let result = Recorder<Bool>()
+        let done = Gate()
+        DispatchQueue.main.async {
+            let ran = Counter()
+            let operation = BlockOperation { ran.increment() }
+            OperationQueue.main.addOperation(operation)
+            // Before, off the main thread this wait waited for a drain posted
+            // to the main dispatch queue, which this block keeps busy.
+            result.record(operation.waitUntilFinished(timeout: .seconds(5)) && ran.count == 1)
+            OperationQueue.main.addOperation { ran.increment() }
+            result.record(OperationQueue.main.waitUntilAllOperationsAreFinished(timeout: .seconds(5)) && ran.count == 2)
+            done.open()
+        }
+        #expect(done.wait(timeout: patience), "the main dispatch queue did not run the block")
+        #expect(result.events == [true, true])
+    }
 }

@@ -122,7 +122,7 @@ struct ObservabilityTests {
                 await Task.yield()
                 return "async \(RequestContext.id ?? "nil")"
             }
-            await queue.addOperations([block, sync, async])
+            await queue.addOperationsWhenRoom([block, sync, async])
             seen.record(try await sync.value)
             seen.record(try await async.value)
             seen.record(try await queue.run { "run \(RequestContext.id ?? "nil")" })
@@ -131,7 +131,7 @@ struct ObservabilityTests {
         #expect(Set(seen.events) == ["block req-42", "sync req-42", "async req-42", "run req-42"])
         // Added outside the binding: nothing is carried.
         let plain = ResultOperation<String, Never> { RequestContext.id ?? "nil" }
-        await queue.addOperation(plain)
+        await queue.addOperationWhenRoom(plain)
         #expect(try await plain.value == "nil")
     }
 
@@ -140,7 +140,7 @@ struct ObservabilityTests {
         let queue = makeQueue("task-locals-off")
         let value = try await RequestContext.$id.withValue("req-7") { () async throws -> String in
             let operation = ResultOperation<String, Never> { RequestContext.id ?? "nil" }
-            await queue.addOperation(operation)
+            await queue.addOperationWhenRoom(operation)
             return try await operation.value
         }
         #expect(value == "nil")

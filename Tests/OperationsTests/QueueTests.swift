@@ -193,7 +193,7 @@ struct QueueTests {
             inner.start()
             return 1
         }
-        await queue.addOperation(body)
+        await queue.addOperationWhenRoom(body)
         _ = try await withTimeLimit { try await body.value }
         #expect(inBody.value === queue)
         #expect(await waitUntilAsync { inCompletion.value == nil })

@@ -43,7 +43,7 @@ struct ResultOperationTests {
         let source = ResultOperation { () async in [1, 2, 3] }
         let sum = ResultOperation(after: source) { (values: [Int]) async -> Int in values.reduce(0, +) }
         let queue = OperationQueue()
-        await queue.addOperations([sum, source])
+        await queue.addOperationsWhenRoom([sum, source])
         let total = try await withTimeLimit { try await sum.value }
         #expect(total == 6)
     }
@@ -229,7 +229,7 @@ struct ResultOperationSubclassTests {
         #expect(sync.label == "lookup")
         #expect(try await withTimeLimit { try await generic.value } == "value")
         let flagged = Flagged(flag: true)
-        await queue.addOperation(flagged)
+        await queue.addOperationWhenRoom(flagged)
         #expect(try await withTimeLimit { try await flagged.value })
     }
 

@@ -253,12 +253,12 @@ struct WorkerMisuseTests {
         addSynchronously(blocker, to: full)
         let body = ResultOperation<Int, Never> { () async -> Int in
             entered.open()
-            await full.addOperation(BlockOperation {})
+            await full.addOperationWhenRoom(BlockOperation {})
             return 1
         }
         body.name = "room-cycle-body"
         BodyHandle.shared.operation = body
-        await bodies.addOperation(body)
+        await bodies.addOperationWhenRoom(body)
         let clock = ContinuousClock()
         let deadline = clock.now + .seconds(30)
         while !(body.isFinished && blocker.isFinished), clock.now < deadline {
@@ -322,7 +322,7 @@ struct WorkerMisuseTests {
         }
         operation.name = "spawned-body"
         BodyHandle.shared.operation = operation
-        await queue.addOperation(operation)
+        await queue.addOperationWhenRoom(operation)
         try await withTimeLimit(90) { await done.opened() }
         #expect(log.events.isEmpty, "\(log.events.map(\.message))")
         #expect(observed.events == [
@@ -348,7 +348,7 @@ struct WorkerMisuseTests {
         }
         operation.name = "suspended-waiter"
         BodyHandle.shared.waiter = operation
-        await queue.addOperation(operation)
+        await queue.addOperationWhenRoom(operation)
         // Polled, not awaited: if the wait hangs, `finished()` would never
         // return, and a time limit cannot cancel a task blocked in it.
         let clock = ContinuousClock()

@@ -1,7 +1,9 @@
 extension QualityOfService {
-    /// The Swift concurrency priority for this quality of service:
-    /// `.userInteractive` and `.userInitiated` → high, `.default` → medium,
-    /// `.utility` → utility (low), `.background` → background.
+    /// The Swift concurrency priority for this quality of service, as on
+    /// Darwin: `.userInteractive` → raw value 33 (above `.high`, which has
+    /// no name of its own in `TaskPriority`), `.userInitiated` → high (25),
+    /// `.default` → medium (21), `.utility` → utility (17, also `.low`),
+    /// `.background` → background (9).
     public var taskPriority: TaskPriority {
         switch self {
         case .userInteractive: return TaskPriority(rawValue: UInt8(QualityOfService.userInteractive.rawValue))

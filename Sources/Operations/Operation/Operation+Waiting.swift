@@ -34,7 +34,7 @@ extension Operation {
         OperationQueue.threadWillBlock(context)
         // On the main thread, an operation of a main-thread queue can only
         // run if this thread runs it: do so while waiting.
-        if context.isMainThread, let queue = owningQueueForAnalysis(), queue.runsOnMainThread {
+        if let queue = owningQueueForAnalysis(), queue.runsOnMainThread, context.isOnMainQueue {
             return queue.runOnCallingThread(until: { [unowned self] in self.loadState().isRetired }, deadline: deadline)
         }
         if let deadline, deadline.hasPassed() { return loadState().isRetired }

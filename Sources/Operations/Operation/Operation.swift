@@ -343,18 +343,22 @@ open class Operation: @unchecked Sendable {
     /// A block that runs exactly once after the operation finishes,
     /// including when it was cancelled.
     ///
-    /// It runs on the thread that finished the operation, after dependents
-    /// have been released and the operation has left its queue, and before
-    /// ``waitUntilFinished()`` returns. When that thread belongs to Swift's
-    /// cooperative pool (an `async` body, or ``AsyncOperation/finish()``
-    /// called from a task), it runs on a worker of the operation pool
-    /// instead, where it may block without starving tasks. It is released as soon as it has
-    /// run, so a block that captures its own operation does not leak.
+    /// It runs asynchronously, as in Foundation: on a worker thread of the
+    /// operation pool (not the thread that finished the operation, nor the
+    /// caller of a `start()` by hand), after dependents have been released,
+    /// the `isFinished` observers have run and the operation has left its
+    /// queue. Waits (``waitUntilFinished()``, the queue's waits) do not wait
+    /// for it. Blocks of operations that finish one after the other start in
+    /// that order, and may run side by side; a block may block without
+    /// starving Swift's cooperative pool. ``OperationQueue/current`` is nil
+    /// inside it. It is released as soon as it has run, so a block that
+    /// captures its own operation does not leak.
     ///
     /// Set it before the operation starts. Setting a block on an operation
     /// that is executing or has finished is the misuse
-    /// ``OperationMisuse/Code/completionBlockAfterStart``, the one misuse the
-    /// default policy tolerates: with a misuse handler installed the block
+    /// ``OperationMisuse/Code/completionBlockAfterStart``, one of the two
+    /// misuses the default policy tolerates (the other is an out-of-range
+    /// ``threadPriority``): with a misuse handler installed the block
     /// is refused; with none, as in Darwin's Foundation, a block set before
     /// the operation finishes (from its own body too) is kept, and the block
     /// in place when it finishes is the one that runs, while a block set

@@ -108,6 +108,23 @@ extension Operation {
             }
         }
 
+        /// The priority for `rawValue`, which may be any value: as on
+        /// Darwin, where the type is an imported C enumeration that accepts
+        /// every raw value, this never returns nil. A value between the
+        /// standard ones is rounded as Darwin's `queuePriority` setter rounds
+        /// it: 8 and above is very high, 4 to 7 high, −3 to 3 normal, −7 to
+        /// −4 low, −8 and below very low. (Linux Foundation returns nil for
+        /// such values, and `QueuePriority(rawValue: 2)!` trapped; probe 48.)
+        public init?(rawValue: Int) {
+            switch rawValue {
+            case 8...: self = .veryHigh
+            case 4...: self = .high
+            case (-3)...: self = .normal
+            case (-7)...: self = .low
+            default: self = .veryLow
+            }
+        }
+
         /// Ordered by raw value: very low < low < normal < high < very high.
         public static func < (lhs: QueuePriority, rhs: QueuePriority) -> Bool {
             lhs.rawValue < rhs.rawValue

@@ -292,7 +292,7 @@ extension OperationQueue {
         // pool, whose other tasks (those that would make room) may need it.
         let header = AsyncBodyTask.callerIsOutsideTasks
             ? "addOperation waits for room under the pending limit of:"
-            : "addOperation, called inside a Swift task, blocks a thread of Swift's cooperative pool (use `await queue.addOperation`, which suspends instead) while it waits for room under the pending limit of:"
+            : "addOperation, called inside a Swift task, blocks a thread of Swift's cooperative pool (use `await queue.addOperationWhenRoom`, which suspends instead) while it waits for room under the pending limit of:"
         let outcome = WorkerPool.shared.blocking {
             WaitRegistry.block(on: signal, deadline: nil, record: record) {
                 .queue(self, header)

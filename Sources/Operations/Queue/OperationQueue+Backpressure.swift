@@ -9,8 +9,8 @@ extension OperationQueue {
     /// cannot flood the queue (the chapter's advice, enforced).
     ///
     /// When the queue is full:
-    /// - `await queue.addOperation(_:)` (the `async` forms) suspends until
-    ///   there is room;
+    /// - ``addOperationWhenRoom(_:)-(Operation)`` and the other `async` adds
+    ///   suspend until there is room;
     /// - ``tryAddOperation(_:)`` returns false and leaves the operation
     ///   untouched;
     /// - the synchronous ``addOperation(_:)-5grj9`` and
@@ -78,27 +78,34 @@ extension OperationQueue {
 
     /// Adds `operation`, suspending while the queue is at its pending limit.
     ///
+    /// Named apart from ``addOperation(_:)-5grj9`` on purpose: an `async`
+    /// overload of Foundation's name would be preferred in every `async`
+    /// function, so that ported code calling `queue.addOperation(op)`
+    /// there, as Foundation allows, would stop compiling without `await`.
+    /// Without a pending limit this adds at once, as `addOperation(_:)`.
+    ///
     /// Cancelling the awaiting task while it waits for room cancels the
     /// operation and returns without adding it: it still finishes, without
     /// running its work, and its completion block runs (as for
     /// ``PendingLimitPolicy/reject``, see ``setPendingLimit(_:policy:)``).
-    public func addOperation(_ operation: Operation) async {
-        await addOperations([operation])
+    public func addOperationWhenRoom(_ operation: Operation) async {
+        await addOperationsWhenRoom([operation])
     }
 
     /// Wraps `block` in a ``BlockOperation`` and adds it, suspending while
-    /// the queue is at its pending limit.
-    public func addOperation(_ block: @escaping @Sendable () -> Void) async {
-        await addOperations([makeBlockOperation(block)])
+    /// the queue is at its pending limit (see
+    /// ``addOperationWhenRoom(_:)-(Operation)``).
+    public func addOperationWhenRoom(_ block: @escaping @Sendable () -> Void) async {
+        await addOperationsWhenRoom([makeBlockOperation(block)])
     }
 
     /// Adds `operations`, suspending while they do not fit under the
-    /// pending limit.
-    public func addOperations(_ operations: [Operation]) async {
+    /// pending limit (see ``addOperationWhenRoom(_:)-(Operation)``).
+    public func addOperationsWhenRoom(_ operations: [Operation]) async {
         _ = await addOperationsReportingRefusal(operations)
     }
 
-    /// `addOperations(_:) async`, returning the misuse when the wait for
+    /// `addOperationsWhenRoom(_:)`, returning the misuse when the wait for
     /// room could never end and a handler refused it (the operations were
     /// not added and are untouched), else nil.
     final func addOperationsReportingRefusal(_ operations: [Operation]) async -> OperationMisuse? {

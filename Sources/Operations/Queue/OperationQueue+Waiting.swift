@@ -32,7 +32,7 @@ extension OperationQueue {
         // From the observers of a finished operation: the queue slot it kept
         // for them may be needed by the work waited for.
         OperationQueue.threadWillBlock(context)
-        if runsOnMainThread, context.isMainThread {
+        if runsOnMainThread, context.isOnMainQueue {
             return runOnCallingThread(until: { [unowned self] in self.lock.withLock { self.state.isIdle } }, deadline: deadline)
         }
         if let deadline, deadline.hasPassed() { return lock.withLock { state.isIdle } }

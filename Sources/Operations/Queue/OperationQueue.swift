@@ -508,9 +508,11 @@ open class OperationQueue: @unchecked Sendable {
     /// an `async` operation body and the tasks it creates, while the body
     /// runs, and the tasks an ``AsyncOperation``'s `execute()` creates, while
     /// the operation has not finished), or ``OperationQueue/main`` on the main
-    /// thread, otherwise nil. As in Foundation, where completion blocks run
-    /// outside the queue, it is nil inside a completion block (``main`` on
-    /// the main thread).
+    /// thread and in blocks of the main dispatch queue (including
+    /// `@MainActor` code, which on Linux runs on another thread once
+    /// `dispatchMain()` is called, as under `swift test`), otherwise nil. As
+    /// in Foundation, where completion blocks run outside the queue, it is
+    /// nil inside a completion block (``main`` on the main thread).
     open class var current: OperationQueue? {
         unowned(unsafe) let context = ThreadContext.current
         if !context.inCompletionBlock {
@@ -519,7 +521,7 @@ open class OperationQueue: @unchecked Sendable {
             // (one of an operation it finished or started by hand).
             if let queue = OperationTaskContext.inherited?.queue { return queue }
         }
-        return context.isMainThread ? OperationQueue.main : nil
+        return context.isOnMainQueue ? OperationQueue.main : nil
     }
 
     private static let mainQueue = OperationQueue(mainThread: ())

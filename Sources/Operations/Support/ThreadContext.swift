@@ -1,3 +1,4 @@
+import Dispatch
 #if canImport(Glibc)
 import Glibc
 #elseif canImport(Musl)
@@ -126,6 +127,16 @@ final class ThreadContext {
     /// Whether this is the process's main thread.
     lazy var isMainThread: Bool = Platform.isMainThread(threadID: threadID)
 
+    /// Whether the calling code runs where Darwin runs main-thread code: on
+    /// the process's main thread, or in a block of the main dispatch queue.
+    /// They differ on Linux once `dispatchMain()` has been called (as
+    /// `swift test` does for Swift Testing): a worker thread then drains the
+    /// main queue, and `@MainActor` code runs there (probe 48). Not cached:
+    /// a worker runs main-queue blocks only some of the time.
+    var isOnMainQueue: Bool {
+        isMainThread || MainDispatchQueueMark.isCurrent
+    }
+
     private static let key: pthread_key_t = {
         var key = pthread_key_t()
         let status = pthread_key_create(&key) { pointer in
@@ -161,5 +172,24 @@ final class ThreadContext {
         let context = ThreadContext()
         pthread_setspecific(key, Unmanaged.passRetained(context).toOpaque())
         return context
+    }
+}
+
+/// A mark set on the main dispatch queue, so that code can tell it runs in
+/// one of its blocks on whatever thread drains it
+/// (``ThreadContext/isOnMainQueue``).
+enum MainDispatchQueueMark {
+    // Set on the queue once, by the initializer of the `static let`, before
+    // any read (`setSpecific` is itself thread-safe).
+    private static let key: DispatchSpecificKey<Bool> = {
+        let key = DispatchSpecificKey<Bool>()
+        DispatchQueue.main.setSpecific(key: key, value: true)
+        return key
+    }()
+
+    /// Whether the calling code runs in a block of the main dispatch queue
+    /// (or of a queue that targets it).
+    static var isCurrent: Bool {
+        DispatchQueue.getSpecific(key: key) == true
     }
 }

@@ -40,8 +40,8 @@ struct AsyncSurfaceRegressionTests {
         }
         let blocked = BlockOperation {}
         blocked.addDependency(inner)
-        await full.addOperation(blocked)
-        await other.addOperation(inner)
+        await full.addOperationWhenRoom(blocked)
+        await other.addOperationWhenRoom(inner)
         try await withTimeLimit { await inner.finished() }
         #expect(outcome.value == "threw \(OperationMisuse.Code.waitDeadlock)")
         #expect(codes.events == [.waitDeadlock])
@@ -127,7 +127,7 @@ struct AsyncSurfaceRegressionTests {
         // Awaited, not blocked on: a thread of the cooperative pool stays
         // free for other tests while the chain runs (slowly, under the
         // sanitizers).
-        await queue.addOperations(steps)
+        await queue.addOperationsWhenRoom(steps)
         try await withTimeLimit(300) { await queue.drained() }
         guard let failure = steps[steps.count - 1].failure else {
             Issue.record("the last step has no failure")
@@ -195,11 +195,11 @@ struct AsyncSurfaceRegressionTests {
         let operation = AsyncOperation { operation in
             Task {
                 seenQueue.value = OperationQueue.current === queue
-                await queue.addOperation { followUp.open() }
+                await queue.addOperationWhenRoom { followUp.open() }
                 operation.finish()
             }
         }
-        await queue.addOperation(operation)
+        await queue.addOperationWhenRoom(operation)
         // Generous: the task that adds runs on Swift's cooperative pool
         // (two threads here), which the suite's blocking tests can hold for
         // tens of seconds under AddressSanitizer on a loaded machine (one CI
@@ -316,7 +316,7 @@ struct AsyncSurfaceRegressionTests {
             }
             weakOperation = WeakReference(operation)
             weakQueue = WeakReference(queue)
-            await queue.addOperation(operation)
+            await queue.addOperationWhenRoom(operation)
             try await withTimeLimit { await queue.drained() }
         }
         let freed = await waitUntilAsync { weakOperation?.isReleased == true && weakQueue?.isReleased == true }
@@ -342,7 +342,7 @@ struct AsyncSurfaceRegressionTests {
             }
             weakOperation = WeakReference(operation)
             weakQueue = WeakReference(queue)
-            await queue.addOperation(operation)
+            await queue.addOperationWhenRoom(operation)
             try await withTimeLimit { await queue.drained() }
             #expect(try await operation.value == 7)
         }

@@ -311,7 +311,7 @@ struct BookkeepingRegressionTests {
             return Task.isCancelled
         }
         let queue = makeQueue("announced-cancel")
-        await queue.addOperation(op)
+        await queue.addOperationWhenRoom(op)
         try await withTimeLimit { await started.opened() }
         op.announceCancellation()
         if !(await eventually(timeout: .seconds(5)) { op.isFinished }) {

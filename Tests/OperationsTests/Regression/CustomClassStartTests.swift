@@ -199,12 +199,12 @@ struct CustomClassStartTests {
         let queue = OperationQueue()
         queue.isSuspended = true
         queue.setPendingLimit(1)
-        await queue.addOperation(BlockOperation {})
+        await queue.addOperationWhenRoom(BlockOperation {})
         let completed = Counter()
         let ran = Counter()
         let waiting = ListingConcurrentOperation { ran.increment() }
         waiting.completionBlock = { completed.increment() }
-        let producer = Task { await queue.addOperation(waiting) }
+        let producer = Task { await queue.addOperationWhenRoom(waiting) }
         producer.cancel()
         try await withTimeLimit { await producer.value }
         #expect(waiting.isCancelled && ran.count == 0)

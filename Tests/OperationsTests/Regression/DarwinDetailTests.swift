@@ -102,6 +102,24 @@ struct DarwinDetailTests {
         #expect(changes.events == [.high])
         #expect(op.queuePriority == .high)
     }
+
+    @Test("QueuePriority(rawValue:) accepts any value and rounds it as Darwin's queuePriority setter does (probe 48)")
+    func anyRawPriority() {
+        let expected: [(Int, Operation.QueuePriority)] = [
+            (Int.min, .veryLow), (-9, .veryLow), (-8, .veryLow), (-7, .low), (-5, .low), (-4, .low),
+            (-3, .normal), (-1, .normal), (0, .normal), (3, .normal), (4, .high), (7, .high),
+            (8, .veryHigh), (9, .veryHigh), (Int.max, .veryHigh),
+        ]
+        for (raw, priority) in expected {
+            #expect(Operation.QueuePriority(rawValue: raw) == priority, "raw value \(raw)")
+        }
+        for priority in Operation.QueuePriority.allCases {
+            #expect(Operation.QueuePriority(rawValue: priority.rawValue) == priority)
+        }
+        let op = BlockOperation {}
+        op.queuePriority = Operation.QueuePriority(rawValue: 6) ?? .veryLow
+        #expect(op.queuePriority == .high)
+    }
 }
 
 #if canImport(Glibc)

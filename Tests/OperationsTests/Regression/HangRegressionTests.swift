@@ -268,7 +268,7 @@ func scenarioAsyncBodyAddsToFullQueue() {
     queue.setPendingLimit(1)
     let inner = BlockOperation {}
     let outer = ResultOperation { () async -> Bool in
-        await queue.addOperation(inner)
+        await queue.addOperationWhenRoom(inner)
         return true
     }
     queue.addOperation(outer)

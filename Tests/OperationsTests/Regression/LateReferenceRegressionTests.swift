@@ -88,8 +88,8 @@ func scenarioEndedAsyncWaitsKeepNothing() async {
         let queue = tracker.track(makeQueue("awaited"), "queue")
         let operation = tracker.track(BlockOperation {}, "awaited operation")
         let result = tracker.track(ResultOperation<Int, Never> { 7 }, "awaited ResultOperation")
-        await queue.addOperation(operation)
-        await queue.addOperation(result)
+        await queue.addOperationWhenRoom(operation)
+        await queue.addOperationWhenRoom(result)
         await operation.finished()
         let value = try? await result.value
         #expect(value == 7)

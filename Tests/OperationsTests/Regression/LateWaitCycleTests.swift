@@ -143,7 +143,7 @@ struct LateWaitCycleTests {
             for await _ in timed { count += 1 }
             return count
         }
-        await queue!.addOperation(BlockOperation {})
+        await queue!.addOperationWhenRoom(BlockOperation {})
         await queue!.drained()
         weak let released = queue
         queue = nil

@@ -124,7 +124,7 @@ struct PendingLimitMisuseTests {
         let queue = fullQueue("full-async", policy: .block)
         let (operation, owner, ran) = operationOfAnotherQueue("owner-async")
         let reported = try await recordingMisuseAsync {
-            let producer = Task { await queue.addOperation(operation) }
+            let producer = Task { await queue.addOperationWhenRoom(operation) }
             producer.cancel()
             try await withTimeLimit { await producer.value }
         }
