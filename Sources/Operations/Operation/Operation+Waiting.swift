@@ -32,9 +32,11 @@ extension Operation {
         // From the observers of a finished operation: its queue slot, kept
         // for them, may be what this operation needs.
         OperationQueue.threadWillBlock(context)
-        // On the main thread, an operation of a main-thread queue can only
-        // run if this thread runs it: do so while waiting.
-        if let queue = owningQueueForAnalysis(), queue.runsOnMainThread, context.isOnMainQueue {
+        // On the main thread (or in a block of the main dispatch queue), an
+        // operation of a main-thread queue can only run if this thread runs
+        // it: do so while waiting. The thread is checked first: the queue
+        // check takes the operation's lock.
+        if context.isOnMainQueue, let queue = owningQueueForAnalysis(), queue.runsOnMainThread {
             return queue.runOnCallingThread(until: { [unowned self] in self.loadState().isRetired }, deadline: deadline)
         }
         if let deadline, deadline.hasPassed() { return loadState().isRetired }
