@@ -72,6 +72,10 @@ public typealias NSKeyValueObservation = KeyValueObservation
 /// receives.
 public typealias NSKeyValueObservedChange<Value> = ObservedChange<Value>
 
+/// Foundation's name for ``ObservationOptions``, the options an observer
+/// registers with (`[.new, .old]`, `.initial`, `.prior`).
+public typealias NSKeyValueObservingOptions = ObservationOptions
+
 /// A registered observation. It observes until ``invalidate()`` is called
 /// or the token is released, whichever comes first.
 ///

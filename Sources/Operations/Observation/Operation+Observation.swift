@@ -41,6 +41,7 @@ extension KeyValueObservable where Self: Operation {
     /// `isExecuting` YES→NO before `isFinished` NO→YES.
     ///
     /// - Returns: A token; observation ends when it is invalidated or released.
+    @preconcurrency
     public func observe<Value>(
         _ keyPath: KeyPath<Self, Value>,
         options: ObservationOptions = [],
@@ -55,6 +56,7 @@ extension KeyValueObservable where Self: Operation {
     /// Values are read from the library's own properties for its keys, and
     /// otherwise by reflection from a stored property named `key` (or
     /// `_key`); a key that cannot be read gives nil values.
+    @preconcurrency
     public func observe(
         key: String,
         options: ObservationOptions = [],

@@ -23,6 +23,7 @@ extension KeyValueObservable where Self: OperationQueue {
     /// waited for).
     ///
     /// - Returns: A token; observation ends when it is invalidated or released.
+    @preconcurrency
     public func observe<Value>(
         _ keyPath: KeyPath<Self, Value>,
         options: ObservationOptions = [],
@@ -38,6 +39,7 @@ extension KeyValueObservable where Self: OperationQueue {
     /// `key` (or `_key`), or nil.
     ///
     /// - Returns: A token; observation ends when it is invalidated or released.
+    @preconcurrency
     public func observe(
         key: String,
         options: ObservationOptions = [],

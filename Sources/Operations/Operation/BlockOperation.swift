@@ -29,6 +29,7 @@ open class BlockOperation: Operation, @unchecked Sendable {
     }
 
     /// Creates an operation that runs `block`.
+    @preconcurrency
     public convenience init(block: @escaping @Sendable () -> Void) {
         self.init()
         firstBlock = block
@@ -38,6 +39,7 @@ open class BlockOperation: Operation, @unchecked Sendable {
     ///
     /// Adding a block after the operation began executing or finished is a
     /// misuse (``OperationMisuse/Code/executionBlockAfterStart``).
+    @preconcurrency
     open func addExecutionBlock(_ block: @escaping @Sendable () -> Void) {
         let refused = withStateLock { state -> Bool in
             guard !state.hasBaseStarted, !state.isFinished else { return true }

@@ -362,6 +362,12 @@ open class OperationQueue: @unchecked Sendable {
     /// `addOperation(_:)` (the one that takes an ``Operation``), as
     /// Foundation does, so that a subclass that overrides that method sees
     /// these operations too.
+    // @preconcurrency, as Darwin's declaration is (imported from Objective-C):
+    // a closure that breaks the `@Sendable` rules (a main-actor class's
+    // `OperationQueue.main.addOperation { self.update() }`) gets a warning
+    // there, not an error; ported code keeps compiling. The same goes for
+    // the other block-taking members and `observe`.
+    @preconcurrency
     open func addOperation(_ block: @escaping @Sendable () -> Void) {
         addOperation(makeBlockOperation(block))
     }
@@ -411,6 +417,7 @@ open class OperationQueue: @unchecked Sendable {
     /// Under a pending limit (``setPendingLimit(_:policy:)``) the barrier
     /// waits for room with the `.block` policy, and is added beyond the
     /// bound with `.reject`: it is never refused.
+    @preconcurrency
     open func addBarrierBlock(_ barrier: @escaping @Sendable () -> Void) {
         admit(CollectionOfOne(BarrierOperation(block: barrier)), mode: .synchronous, barrier: true)
     }
