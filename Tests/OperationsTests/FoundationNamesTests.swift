@@ -29,6 +29,15 @@ private final class DescribedOperation: Operation, @unchecked Sendable {
     override var debugDescription: String { "described" }
 }
 
+/// Equal by a key, as an `NSObject` subclass overriding `isEqual(_:)` and
+/// `hash` is (probe 50: neither could be overridden).
+private final class KeyedOperation: Operation, @unchecked Sendable {
+    let key: Int
+    init(key: Int) { self.key = key }
+    override func isEqual(_ object: Any?) -> Bool { (object as? KeyedOperation)?.key == key }
+    override var hash: Int { key }
+}
+
 @Suite("Foundation names in ported code")
 struct FoundationNamesTests {
     @Test("a project's own timed wait named like the library's is chosen for arguments both accept")
@@ -92,5 +101,22 @@ struct FoundationNamesTests {
         gate.open()
         #expect(await waitUntilAsync { refused.isFinished && full.operationCount == 0 })
         #expect(ran.count == 3)
+    }
+
+    @Test("isEqual(_:) and hash exist as NSObject has them, == and Hashable use them, and overrides take effect")
+    func equalityAsNSObject() {
+        let a = BlockOperation {}
+        let b = BlockOperation {}
+        #expect(a.isEqual(a) && !a.isEqual(b) && !a.isEqual(nil) && !a.isEqual("a"))
+        #expect(a == a && a != b)
+        let hash: Int = a.hash
+        #expect(hash == a.hash)
+        #expect(Set<Operation>([a, b, a]).count == 2)
+        let first = KeyedOperation(key: 7)
+        let second = KeyedOperation(key: 7)
+        #expect(first == second && first !== second)
+        #expect(Set<Operation>([first, second, KeyedOperation(key: 8)]).count == 2)
+        let queue = makeQueue("equality")
+        #expect(queue.isEqual(queue) && !queue.isEqual(makeQueue("other")) && queue.hash == queue.hash)
     }
 }

@@ -18,9 +18,9 @@ extension KeyValueObservable where Self: OperationQueue {
     /// ``OperationQueue/drained()``) does not wait for these notifications:
     /// it can return while the thread that retired the last operation is
     /// still telling observers that `operationCount` became 0. To act on the
-    /// count reaching 0, do it in the handler, or wait for the handler (as
-    /// the queue's operations' own observers and completion blocks are
-    /// waited for).
+    /// count reaching 0, do it in the handler, or wait for the handler (the
+    /// queue's operations' own `isFinished` observers, by contrast, have run
+    /// when the wait returns; their completion blocks may not have).
     ///
     /// - Returns: A token; observation ends when it is invalidated or released.
     @preconcurrency

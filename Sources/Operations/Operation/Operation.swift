@@ -509,15 +509,29 @@ open class Operation: @unchecked Sendable {
     /// The description for debugging, as Foundation's `NSObject` has it:
     /// by default the same as ``description``.
     open var debugDescription: String { description }
+
+    /// Whether `object` is equal to this operation, as `NSObject`'s
+    /// `isEqual(_:)`: by default only the operation itself is. `==` asks this
+    /// method, as Foundation's `==` on `NSObject` does; override it together
+    /// with ``hash``. (The library itself compares operations by identity.)
+    open func isEqual(_ object: Any?) -> Bool {
+        guard let other = object as? Operation else { return false }
+        return other === self
+    }
+
+    /// The hash value, as `NSObject`'s `hash`: by default from the operation's
+    /// identity. `Hashable` hashes this value; operations that are equal
+    /// (``isEqual(_:)``) must have the same hash.
+    open var hash: Int { ObjectIdentifier(self).hashValue }
 }
 
 extension Operation: Hashable {
-    /// Operations are equal only to themselves.
-    public static func == (lhs: Operation, rhs: Operation) -> Bool { lhs === rhs }
+    /// Equal when ``isEqual(_:)`` says so (by default, only to itself).
+    public static func == (lhs: Operation, rhs: Operation) -> Bool { lhs === rhs || lhs.isEqual(rhs) }
 
-    /// Hashes the operation's identity.
+    /// Hashes ``hash`` (by default the operation's identity).
     public func hash(into hasher: inout Hasher) {
-        hasher.combine(ObjectIdentifier(self))
+        hasher.combine(hash)
     }
 }
 

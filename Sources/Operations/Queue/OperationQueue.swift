@@ -560,15 +560,29 @@ open class OperationQueue: @unchecked Sendable {
     /// The description for debugging, as Foundation's `NSObject` has it:
     /// by default the same as ``description``.
     open var debugDescription: String { description }
+
+    /// Whether `object` is equal to this queue, as `NSObject`'s
+    /// `isEqual(_:)`: by default only the queue itself is. `==` asks this
+    /// method, as Foundation's `==` on `NSObject` does; override it together
+    /// with ``hash``. (The library itself compares queues by identity.)
+    open func isEqual(_ object: Any?) -> Bool {
+        guard let other = object as? OperationQueue else { return false }
+        return other === self
+    }
+
+    /// The hash value, as `NSObject`'s `hash`: by default from the queue's
+    /// identity. `Hashable` hashes this value; queues that are equal
+    /// (``isEqual(_:)``) must have the same hash.
+    open var hash: Int { ObjectIdentifier(self).hashValue }
 }
 
 extension OperationQueue: Hashable {
-    /// Queues are equal only to themselves.
-    public static func == (lhs: OperationQueue, rhs: OperationQueue) -> Bool { lhs === rhs }
+    /// Equal when ``isEqual(_:)`` says so (by default, only to itself).
+    public static func == (lhs: OperationQueue, rhs: OperationQueue) -> Bool { lhs === rhs || lhs.isEqual(rhs) }
 
-    /// Hashes the queue's identity.
+    /// Hashes ``hash`` (by default the queue's identity).
     public func hash(into hasher: inout Hasher) {
-        hasher.combine(ObjectIdentifier(self))
+        hasher.combine(hash)
     }
 }
 
