@@ -38,6 +38,15 @@ private final class KeyedOperation: Operation, @unchecked Sendable {
     override var hash: Int { key }
 }
 
+/// A block operation that turns automatic notifications off for the
+/// lifecycle keys it announces by hand, as Apple-platform code does
+/// (probe 50: the override did not compile).
+private final class ManualNotifyingOperation: BlockOperation, @unchecked Sendable {
+    override class func automaticallyNotifiesObservers(forKey key: String) -> Bool {
+        key == "isFinished" ? false : super.automaticallyNotifiesObservers(forKey: key)
+    }
+}
+
 @Suite("Foundation names in ported code")
 struct FoundationNamesTests {
     @Test("a project's own timed wait named like the library's is chosen for arguments both accept")
@@ -118,5 +127,17 @@ struct FoundationNamesTests {
         #expect(Set<Operation>([first, second, KeyedOperation(key: 8)]).count == 2)
         let queue = makeQueue("equality")
         #expect(queue.isEqual(queue) && !queue.isEqual(makeQueue("other")) && queue.hash == queue.hash)
+    }
+
+    @Test("automaticallyNotifiesObservers(forKey:) can be overridden as on NSObject, and changes nothing")
+    func automaticNotificationsOverride() {
+        #expect(Operation.automaticallyNotifiesObservers(forKey: "name"))
+        #expect(!ManualNotifyingOperation.automaticallyNotifiesObservers(forKey: "isFinished"))
+        let operation = ManualNotifyingOperation {}
+        let heard = Recorder<Bool>()
+        let token = operation.observe(\.isFinished, options: [.new]) { _, change in heard.record(change.newValue == true) }
+        operation.start()
+        token.invalidate()
+        #expect(heard.events == [true])
     }
 }

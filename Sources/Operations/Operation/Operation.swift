@@ -449,6 +449,20 @@ open class Operation: @unchecked Sendable {
         []
     }
 
+    /// Whether setting a property of `key` notifies its observers by
+    /// itself, as Foundation's `NSObject` method of the same name, which
+    /// subclasses override to return false for the keys they announce by
+    /// hand.
+    ///
+    /// There is no Objective-C runtime to send automatic notifications: a
+    /// property of your own is announced by your `willChangeValue` /
+    /// `didChangeValue` calls only, whatever this returns. The library does
+    /// not call it; it is here so that such overrides compile unchanged.
+    /// The default returns true.
+    open class func automaticallyNotifiesObservers(forKey key: String) -> Bool {
+        true
+    }
+
     // MARK: Hooks for the library's own subclasses (internal)
 
     /// Runs the operation's work for the base `start()`: ``main()`` with the
