@@ -120,6 +120,24 @@ struct BlockOperationTests {
         #expect(Set(log.events) == ["fast", "slow", "completion"])
     }
 
+    @Test("with several blocks, the first runs on the thread that runs the operation, as documented (probe 51)")
+    func firstBlockOnStartingThread() {
+        // Helpers were submitted before the starting thread claimed the first
+        // block, and a worker already awake could take it: a main-actor
+        // first block of an operation of `OperationQueue.main` then ran off
+        // the main queue.
+        let offThread = Counter()
+        for _ in 0..<2_000 {
+            let caller = Platform.currentThreadToken()
+            let op = BlockOperation {
+                if Platform.currentThreadToken() != caller { offThread.increment() }
+            }
+            for _ in 0..<7 { op.addExecutionBlock {} }
+            op.start()
+        }
+        #expect(offThread.count == 0)
+    }
+
     @Test("many blocks all run exactly once")
     func manyBlocks() {
         let runs = Recorder<Int>()

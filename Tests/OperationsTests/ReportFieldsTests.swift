@@ -428,6 +428,45 @@ func scenarioUnqueuedCycleHangReport() {
     #expect(report?.message.contains("cycle: ") == true, "\(report?.message ?? "")")
 }
 
+/// A wait for `OperationQueue.main`'s work made where that work can only run
+/// if the waiter runs it (a block of the main dispatch queue, or the main
+/// thread): the wait runs it inline, and while it waits for something else
+/// (here a dependency in another queue) it is reported past the threshold,
+/// as every other blocking wait is (probe 51: it hung silently).
+func scenarioMainQueueWaitHangReport() {
+    unsetenv("OPERATIONS_WAIT_WARNING_SECONDS")
+    OperationReporting.waitWarningThreshold = .milliseconds(50)
+    let label = "main-queue-wait-report"
+    let other = makeQueue(label + "-other")
+    let gate = Gate()
+    let blocker = BlockOperation { _ = gate.wait() }
+    blocker.name = label + "-blocker"
+    let waited = BlockOperation {}
+    waited.name = label + "-waited"
+    waited.addDependency(blocker)
+    let reports = Recorder<OperationReport>()
+    let token = OperationReporting.addObserver { report in
+        guard report.kind == .waitTooLong, report.message.contains(label + "-waited") else { return }
+        reports.record(report)
+        gate.open()
+    }
+    defer { token.cancel() }
+    let finished = Recorder<Bool>()
+    let done = Gate()
+    DispatchQueue.main.async {
+        OperationQueue.main.addOperation(waited)
+        other.addOperation(blocker)
+        finished.record(waited.waitUntilFinished(timeout: patience))
+        done.open()
+    }
+    #expect(done.wait(timeout: .seconds(20)), "the main dispatch queue did not run the block")
+    gate.open()
+    #expect(finished.events == [true])
+    #expect(reports.events.count == 1)
+    #expect(reports.events.first?.subjectKind == .operation)
+    #expect(reports.events.first?.message.contains("waitUntilFinished on") == true, "\(reports.events.first?.message ?? "")")
+}
+
 @Suite("OperationReporting.waitWarningThreshold")
 struct WaitWarningThresholdTests {
     @Test("defaults to OPERATIONS_WAIT_WARNING_SECONDS; settable; nil, zero and negative turn it off")
@@ -468,5 +507,10 @@ struct WaitWarningThresholdTests {
     @Test("the hang report of an operation in no queue names the cycle it is on")
     func unqueuedCycleHangReport() async {
         await #expect(processExitsWith: .success) { scenarioUnqueuedCycleHangReport() }
+    }
+
+    @Test("a wait that runs OperationQueue.main's work on the calling thread is reported past the threshold")
+    func mainQueueWaitHangReport() async {
+        await #expect(processExitsWith: .success) { scenarioMainQueueWaitHangReport() }
     }
 }

@@ -159,11 +159,16 @@ final class ConcurrentBlocks: @unchecked Sendable {
         // to a concurrent queue: if blocks block (or wait for each other),
         // the pool grows and runs the rest. A helper that finds no block left
         // returns at once.
+        // The first block is this thread's, claimed before any helper
+        // exists: a worker already awake could otherwise take it, and a
+        // block that must run where the operation runs (a main-actor block
+        // of `OperationQueue.main`) would run elsewhere (probe 51).
+        let first = claim()
         let helpers = count - 1
         for _ in 0..<helpers {
             WorkerPool.shared.submit(ClosureJob { [self] in self.helpOnPoolThread() }, qos: operation.loadState().qosIndex)
         }
-        runClaimedBlocks()
+        runClaimedBlocks(from: first)
         if unfinished.load(ordering: .acquiring) > 0 {
             WorkerPool.shared.blocking { _ = done.wait() }
         }

@@ -37,7 +37,9 @@ extension Operation {
         // it: do so while waiting. The thread is checked first: the queue
         // check takes the operation's lock.
         if context.isOnMainQueue, let queue = owningQueueForAnalysis(), queue.runsOnMainThread {
-            return queue.runOnCallingThread(until: { [unowned self] in self.loadState().isRetired }, deadline: deadline)
+            return queue.runOnCallingThread(until: { [unowned self] in self.loadState().isRetired }, deadline: deadline) {
+                self.hangDescription()
+            }
         }
         if let deadline, deadline.hasPassed() { return loadState().isRetired }
         // Only a wait without a deadline can block forever: it is checked

@@ -33,7 +33,9 @@ extension OperationQueue {
         // for them may be needed by the work waited for.
         OperationQueue.threadWillBlock(context)
         if runsOnMainThread, context.isOnMainQueue {
-            return runOnCallingThread(until: { [unowned self] in self.lock.withLock { self.state.isIdle } }, deadline: deadline)
+            return runOnCallingThread(until: { [unowned self] in self.lock.withLock { self.state.isIdle } }, deadline: deadline) {
+                .queue(self, "waitUntilAllOperationsAreFinished on:")
+            }
         }
         if let deadline, deadline.hasPassed() { return lock.withLock { state.isIdle } }
         let running = context.runningOperations
@@ -89,11 +91,26 @@ extension OperationQueue {
     /// Runs this queue's operations on the calling thread until `done`
     /// returns true or `deadline` passes: how the main thread waits for
     /// `OperationQueue.main` without deadlocking. Returns whether `done`.
-    final func runOnCallingThread(until done: () -> Bool, deadline: Deadline?) -> Bool {
+    ///
+    /// A wait still blocked after ``OperationReporting/waitWarningThreshold``
+    /// is reported once, with `describe`, as every other blocking wait is
+    /// (probe 51: from a main-dispatch-queue block it hung silently).
+    final func runOnCallingThread(until done: () -> Bool, deadline: Deadline?, describe: () -> HangDescription) -> Bool {
         unowned(unsafe) let context = ThreadContext.current
+        // Only a wait that may outlast the threshold is reported.
+        var warnAt: Deadline? = HangReport.threshold.flatMap { threshold in
+            let at = Deadline(nanosecondsFromNow: threshold)
+            if let deadline, deadline <= at { return nil }
+            return at
+        }
         while !done() {
             let now = monotonicNanoseconds()
             if let deadline, deadline.hasPassed(now: now) { return false }
+            if let warning = warnAt, warning.hasPassed(now: now), let threshold = HangReport.threshold {
+                warnAt = nil
+                HangReport.emit(describe(), threshold: threshold)
+                continue
+            }
             let signal = WaitSignal()
             lock.lock()
             let next = state.popNext()?.takeUnretainedValue()

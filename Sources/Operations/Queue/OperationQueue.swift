@@ -534,12 +534,18 @@ open class OperationQueue: @unchecked Sendable {
     private static let mainQueue = OperationQueue(mainThread: ())
 
     /// The queue of the main thread: serial, its operations run on the main
-    /// thread.
+    /// dispatch queue (on Linux, once `dispatchMain()` is called, a worker
+    /// thread drains that queue; elsewhere it is the main thread).
     ///
-    /// They run when the main thread services the main dispatch queue
-    /// (`dispatchMain()`, a Foundation run loop, the main actor), or while
-    /// the main thread waits for them with ``waitUntilAllOperationsAreFinished()``
-    /// or ``Operation/waitUntilFinished()``.
+    /// They run when the main dispatch queue is serviced (`dispatchMain()`,
+    /// a Foundation run loop, the main actor), or while the main thread, or
+    /// a block of the main dispatch queue, waits for them with
+    /// ``waitUntilAllOperationsAreFinished()`` or
+    /// ``Operation/waitUntilFinished()``: the wait runs them itself, and is
+    /// reported past ``OperationReporting/waitWarningThreshold`` like any
+    /// other wait. It does not run operations of other queues, so a wait
+    /// there for another queue's operation that depends on one of `main`'s
+    /// never ends, as on Darwin (reported past the threshold).
     ///
     /// As in Foundation, its configuration is fixed: setting ``isSuspended``,
     /// ``name``, ``qualityOfService`` (`.userInteractive`),
