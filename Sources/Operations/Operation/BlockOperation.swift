@@ -155,15 +155,15 @@ final class ConcurrentBlocks: @unchecked Sendable {
     }
 
     func run() {
-        // One helper job per extra block, as Foundation submits every block
-        // to a concurrent queue: if blocks block (or wait for each other),
-        // the pool grows and runs the rest. A helper that finds no block left
-        // returns at once.
         // The first block is this thread's, claimed before any helper
         // exists: a worker already awake could otherwise take it, and a
         // block that must run where the operation runs (a main-actor block
         // of `OperationQueue.main`) would run elsewhere (probe 51).
         let first = claim()
+        // One helper job per extra block, as Foundation submits every block
+        // to a concurrent queue: if blocks block (or wait for each other),
+        // the pool grows and runs the rest. A helper that finds no block left
+        // returns at once.
         let helpers = count - 1
         for _ in 0..<helpers {
             WorkerPool.shared.submit(ClosureJob { [self] in self.helpOnPoolThread() }, qos: operation.loadState().qosIndex)

@@ -362,13 +362,14 @@ open class OperationQueue: @unchecked Sendable {
     /// `addOperation(_:)` (the one that takes an ``Operation``), as
     /// Foundation does, so that a subclass that overrides that method sees
     /// these operations too.
-    // @preconcurrency, as Darwin's declaration is (imported from Objective-C):
-    // a closure that breaks the `@Sendable` rules (a main-actor class's
-    // `OperationQueue.main.addOperation { self.update() }`) gets a warning
-    // there, not an error; ported code keeps compiling. The same goes for
-    // the other block-taking members and `observe`.
     @preconcurrency
     open func addOperation(_ block: @escaping @Sendable () -> Void) {
+        // @preconcurrency, as Darwin's declaration is (imported from
+        // Objective-C): a closure that breaks the `@Sendable` rules (a
+        // main-actor class's `OperationQueue.main.addOperation { self.update() }`)
+        // gets a warning there, not an error, so ported code keeps
+        // compiling. The same goes for the other block-taking members and
+        // `observe`.
         addOperation(makeBlockOperation(block))
     }
 
