@@ -142,4 +142,32 @@ struct MainQueueTests {
         #expect(done.wait(timeout: patience), "the main dispatch queue did not run the block")
         #expect(result.events == [true, true])
     }
+
+    @Test("an operation of main waiting for itself, or for main, from its own body: reported, not a silent hang (probe 51)")
+    func selfWaitsOnMainAreReported() {
+        let results = Recorder<String>()
+        let done = Latch(count: 2)
+        let waitsForItself = BlockOperation()
+        waitsForItself.addExecutionBlock { [unowned waitsForItself] in
+            let misuses = Recorder<OperationMisuse.Code>()
+            let returned = OperationMisuse.withHandler({ misuses.record($0.code) }) {
+                waitsForItself.waitUntilFinished()
+                return "returned"
+            }
+            results.record("operation: \(returned), \(misuses.events)")
+            done.countDown()
+        }
+        let waitsForMain = BlockOperation {
+            let misuses = Recorder<OperationMisuse.Code>()
+            OperationMisuse.withHandler({ misuses.record($0.code) }) {
+                OperationQueue.main.waitUntilAllOperationsAreFinished()
+            }
+            results.record("queue: returned, \(misuses.events)")
+            done.countDown()
+        }
+        OperationQueue.main.addOperation(waitsForItself)
+        OperationQueue.main.addOperation(waitsForMain)
+        #expect(done.wait(timeout: patience), "a wait hung: \(results.events)")
+        #expect(Set(results.events) == ["operation: returned, [waitDeadlock]", "queue: returned, [waitDeadlock]"])
+    }
 }

@@ -37,6 +37,14 @@ extension Operation {
         // it: do so while waiting. The thread is checked first: the queue
         // check takes the operation's lock.
         if context.isOnMainQueue, let queue = owningQueueForAnalysis(), queue.runsOnMainThread {
+            // Waiting for itself can never end there either (probe 51: it
+            // hung silently).
+            if deadline == nil, let verdict = WaitRegistry.shared.verdictForInlineWait(
+                WaitRegistry.Record(running: context.runningOperationsIncludingTask, target: .operation(self))
+            ) {
+                OperationMisuse.report(.waitDeadlock, subject: .operation(self), "is waited for (waitUntilFinished) but can never finish: the wait \(verdict.reason)")
+                return false
+            }
             return queue.runOnCallingThread(until: { [unowned self] in self.loadState().isRetired }, deadline: deadline) {
                 self.hangDescription()
             }

@@ -33,6 +33,14 @@ extension OperationQueue {
         // for them may be needed by the work waited for.
         OperationQueue.threadWillBlock(context)
         if runsOnMainThread, context.isOnMainQueue {
+            // Waiting for its own queue from inside one of its operations can
+            // never end there either (probe 51: it hung silently).
+            if deadline == nil, let verdict = WaitRegistry.shared.verdictForInlineWait(
+                WaitRegistry.Record(running: context.runningOperationsIncludingTask, target: .queue(self))
+            ) {
+                OperationMisuse.report(.waitDeadlock, subject: .queue(self), "cannot be waited for here: the wait \(verdict.reason) Wait from outside the queue, or use a completion block or a dependency.")
+                return false
+            }
             return runOnCallingThread(until: { [unowned self] in self.lock.withLock { self.state.isIdle } }, deadline: deadline) {
                 .queue(self, "waitUntilAllOperationsAreFinished on:")
             }

@@ -222,6 +222,23 @@ final class WaitRegistry: @unchecked Sendable {
         return watch
     }
 
+    /// For a wait that runs its queue's operations on the waiting thread
+    /// (`OperationQueue.runOnCallingThread`): why it can never end, if the
+    /// waiter runs what it waits for, or waits for its own queue from inside
+    /// one of its operations. Other verdicts assume a serial queue cannot
+    /// run what is queued behind the waiter, which is false there, so they
+    /// are not given. The wait is not left registered: other waits' checks
+    /// would take this thread for blocked while it runs operations.
+    func verdictForInlineWait(_ record: Record) -> WaitVerdict? {
+        let verdict = begin(record)
+        end(record)
+        guard let verdict else { return nil }
+        switch verdict.kind {
+        case .runsTarget, .ownQueue: return verdict
+        case .operationBlocked, .queueBlocked, .room: return nil
+        }
+    }
+
     /// Removes a wait registered with `begin`.
     func end(_ record: Record) {
         let removed = lock.withLock { records.removeValue(forKey: ObjectIdentifier(record)) }
