@@ -42,7 +42,7 @@ extension Operation {
             if deadline == nil, let verdict = WaitRegistry.shared.verdictForInlineWait(
                 WaitRegistry.Record(running: context.runningOperationsIncludingTask, target: .operation(self))
             ) {
-                OperationMisuse.report(.waitDeadlock, subject: .operation(self), "is waited for (waitUntilFinished) but can never finish: the wait \(verdict.reason)")
+                reportWaitThatNeverEnds(verdict.reason)
                 return false
             }
             return queue.runOnCallingThread(until: { [unowned self] in self.loadState().isRetired }, deadline: deadline) {
@@ -56,7 +56,7 @@ extension Operation {
         let record = deadline == nil ? WaitRegistry.Record(running: context.runningOperationsIncludingTask, target: .operation(self)) : nil
         if let record, let verdict = WaitRegistry.shared.begin(record) {
             let reason = verdict.reason
-            OperationMisuse.report(.waitDeadlock, subject: .operation(self), "is waited for (waitUntilFinished) but can never finish: the wait \(reason)")
+            reportWaitThatNeverEnds(reason)
             return false
         }
         defer { if let record { WaitRegistry.shared.end(record) } }
@@ -70,9 +70,16 @@ extension Operation {
         // A verdict confirmed just as the operation retired is moot.
         if loadState().isRetired { return true }
         if case .neverEnds(let reason) = outcome {
-            OperationMisuse.report(.waitDeadlock, subject: .operation(self), "is waited for (waitUntilFinished) but can never finish: the wait \(reason)")
+            reportWaitThatNeverEnds(reason)
         }
         return false
+    }
+
+    /// Reports a `waitUntilFinished` that can never end (`reason`: the
+    /// verdict's explanation). Call with no lock held: it runs the misuse
+    /// handler.
+    private func reportWaitThatNeverEnds(_ reason: String) {
+        OperationMisuse.report(.waitDeadlock, subject: .operation(self), "is waited for (waitUntilFinished) but can never finish: the wait \(reason)")
     }
 
     /// What a stuck wait for this operation reports: the operation and its

@@ -38,7 +38,7 @@ extension OperationQueue {
             if deadline == nil, let verdict = WaitRegistry.shared.verdictForInlineWait(
                 WaitRegistry.Record(running: context.runningOperationsIncludingTask, target: .queue(self))
             ) {
-                OperationMisuse.report(.waitDeadlock, subject: .queue(self), "cannot be waited for here: the wait \(verdict.reason) Wait from outside the queue, or use a completion block or a dependency.")
+                reportWaitThatNeverEnds(verdict.reason)
                 return false
             }
             return runOnCallingThread(until: { [unowned self] in self.lock.withLock { self.state.isIdle } }, deadline: deadline) {
@@ -52,7 +52,7 @@ extension OperationQueue {
         let record = deadline == nil ? WaitRegistry.Record(running: context.runningOperationsIncludingTask, target: .queue(self)) : nil
         if let record, let verdict = WaitRegistry.shared.begin(record) {
             let reason = verdict.reason
-            OperationMisuse.report(.waitDeadlock, subject: .queue(self), "cannot be waited for here: the wait \(reason) Wait from outside the queue, or use a completion block or a dependency.")
+            reportWaitThatNeverEnds(reason)
             return false
         }
         defer { if let record { WaitRegistry.shared.end(record) } }
@@ -91,9 +91,16 @@ extension OperationQueue {
             effects.perform(on: self)
         }
         if let neverEnds {
-            OperationMisuse.report(.waitDeadlock, subject: .queue(self), "cannot be waited for here: the wait \(neverEnds) Wait from outside the queue, or use a completion block or a dependency.")
+            reportWaitThatNeverEnds(neverEnds)
         }
         return idle
+    }
+
+    /// Reports a wait for this queue that can never end (`reason`: the
+    /// verdict's explanation). Call with no lock held: it runs the misuse
+    /// handler.
+    private func reportWaitThatNeverEnds(_ reason: String) {
+        OperationMisuse.report(.waitDeadlock, subject: .queue(self), "cannot be waited for here: the wait \(reason) Wait from outside the queue, or use a completion block or a dependency.")
     }
 
     /// Runs this queue's operations on the calling thread until `done`
