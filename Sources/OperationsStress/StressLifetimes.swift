@@ -26,6 +26,24 @@ extension StressRound {
         return (tracked, alive.count)
     }
 
+    /// How many times `record`'s observers saw `isFinished` become true,
+    /// once they have been told. The completion block, which the final
+    /// drain waits for, is handed on before the observers are told, so a
+    /// finish on a thread the drain does not wait for (a `start()` by hand)
+    /// may still be telling them: waited for, bounded by `waitTimeout`.
+    func finishNotifications(of record: OpRecord) -> Int {
+        let deadline = DispatchTime.after(configuration.waitTimeout)
+        let pause = DispatchSemaphore(value: 0)
+        var delay = Duration.milliseconds(1)
+        var seen = record.finishNotifications.load(ordering: .sequentiallyConsistent)
+        while seen == 0, DispatchTime.now() < deadline {
+            _ = pause.wait(timeout: .after(delay))
+            delay = min(delay * 2, .milliseconds(50))
+            seen = record.finishNotifications.load(ordering: .sequentiallyConsistent)
+        }
+        return seen
+    }
+
     /// Counts the weakly tracked references and names the live ones.
     private func survivors() -> (tracked: Int, alive: [String]) {
         var tracked = 0

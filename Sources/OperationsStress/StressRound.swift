@@ -431,12 +431,10 @@ final class StressRound: Sendable {
             addChildren(of: record, from: .completionBlock)
             record.finalCancelled.store(operation.isCancelled, ordering: .sequentiallyConsistent)
             // The engine is done with the operation: from now on only the
-            // library (until it retires it) and dependents keep it alive.
-            let tokens = record.observations.withLock { tokens in
-                defer { tokens = [] }
-                return tokens
-            }
-            for token in tokens { token.invalidate() }
+            // library (until it retires it), dependents and the observations
+            // keep it alive. The observations stay until `teardown`: the
+            // block is handed on before the `isFinished` observers are told
+            // (as on Darwin), so they may not have been told yet.
             record.refs.withLock { $0.strong = nil }
             releaseOutstanding()
         }

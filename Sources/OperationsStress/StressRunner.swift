@@ -227,7 +227,7 @@ public enum StressRunner {
                 round.violate(.finish, "op \(index): its body began but never ended")
             }
             if spec.observesFinish {
-                let notifications = record.finishNotifications.load(ordering: .sequentiallyConsistent)
+                let notifications = round.finishNotifications(of: record)
                 if notifications != 1 {
                     round.violate(.finish, "op \(index): observers saw isFinished become true \(notifications) times")
                 }

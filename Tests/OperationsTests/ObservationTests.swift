@@ -78,16 +78,19 @@ struct ObservationTests {
         op.completionBlock = { log.record("completion") }
         op.start()
         op.cancel()
-        // The completion block runs asynchronously, as in Foundation, after
-        // the isFinished observers.
+        // The completion block runs asynchronously, as in Foundation: handed
+        // to another thread before the isExecuting/isFinished observers are
+        // told (the article logs it first), so it may run before, between or
+        // after them.
         #expect(waitUntil { log.count == 5 })
-        #expect(log.events == [
+        #expect(log.events.filter { $0 != "completion" } == [
             "op isExecuting NO→YES",
             "main",
             "op isExecuting YES→NO",
             "op isFinished NO→YES",
-            "completion",
         ])
+        #expect(log.events.filter { $0 == "completion" }.count == 1)
+        #expect(log.index(of: "completion")! > log.index(of: "main")!)
         withExtendedLifetime(tokens) {}
     }
 
@@ -101,14 +104,17 @@ struct ObservationTests {
         op.cancel()
         log.record("after cancel")
         op.start()
-        #expect(waitUntil { log.events.contains("completion") })
-        #expect(log.events == [
+        #expect(waitUntil { log.count == 5 })
+        // The completion block may run before or after the isFinished
+        // observers (see `startThenCancel`).
+        #expect(log.events.filter { $0 != "completion" } == [
             "op isCancelled NO→YES",
             "op isReady YES→YES",
             "after cancel",
             "op isFinished NO→YES",
-            "completion",
         ])
+        #expect(log.events.filter { $0 == "completion" }.count == 1)
+        #expect(log.index(of: "completion")! > log.index(of: "after cancel")!)
         withExtendedLifetime(tokens) {}
     }
 

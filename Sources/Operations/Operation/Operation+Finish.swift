@@ -9,8 +9,10 @@
 //    own dependents are released (`FinishPlan.releaseDependents`);
 // 3. it leaves its queue (`OperationQueue.memberFinished`, or the drain loop
 //    that started it, under the lock it takes anyway);
-// 4. `isExecuting`/`isFinished` did-change observers run, then the completion
-//    block (`FinishPlan.complete`);
+// 4. the completion block is handed to a worker of the pool, then the
+//    `isExecuting`/`isFinished` did-change observers run (`FinishPlan.announce`
+//    and `FinishPlan.complete`): Darwin's logs in the chapter's article show
+//    the block under way before those observers are told;
 // 5. it retires: waiters wake;
 // 6. the queue is told the retirement is done (its waiters may wake).
 
@@ -385,13 +387,14 @@ struct FinishPlan: ~Copyable {
         }
     }
 
-    /// Step 4, first half: the did-change announcements owed to the
-    /// operation's observers, once. The drain loop delivers them while the
-    /// operation still keeps its slot, so that, as in Foundation, a serial
-    /// queue's next operation starts after the previous one announced
-    /// `isFinished` (unless an observer blocks in one of the library's waits,
-    /// which frees the slot first); the completion block may run later.
+    /// Step 4: the completion block goes to the pool, then the did-change
+    /// announcements owed to the operation's observers are made, once. The
+    /// drain loop delivers them while the operation still keeps its slot,
+    /// so that, as in Foundation, a serial queue's next operation starts
+    /// after the previous one announced `isFinished` (unless an observer
+    /// blocks in one of the library's waits, which frees the slot first).
     func announce() {
+        submitCompletion()
         guard let details, let names = details.takeAnnouncement() else { return }
         let finished = operation
         let owner = queue
@@ -402,12 +405,30 @@ struct FinishPlan: ~Copyable {
         }
     }
 
-    /// Steps 4 to 6: observers, retirement, (when `settle` is true) telling
-    /// the queue that the retirement it counted is done, and the completion
-    /// block. Drops the operation before the queue is told, so that a queue
-    /// waiter that wakes finds it released if nothing else holds it (unless
-    /// its completion block is still to run, which holds it, as
-    /// Foundation's does).
+    /// Step 4, first half: hands the completion block, if any, to a worker
+    /// of the pool, once. Before the `isExecuting`/`isFinished` observers
+    /// are told, as on Darwin, where the chapter's article logs the block
+    /// ahead of them: an observer may wait for the block to run. Before the
+    /// waiters wake, so that it starts as soon as a worker is free, and in
+    /// the order the operations finished (`CompletionBlocks`). The queue is
+    /// still alive here (the operation's retirement is in flight, or the
+    /// caller runs its drain loop).
+    func submitCompletion() {
+        guard let details, let block = details.takeCompletion() else { return }
+        let owner = queue
+        let queueQoS = owner?._withUnsafeGuaranteedRef { $0.qualityOfServiceIndex.load(ordering: .relaxed) }
+            ?? QualityOfService.default.index
+        let qos = OperationQueue.effectiveQualityOfService(operation: operation.loadState().qosIndex, queue: queueQoS)
+        CompletionBlocks.submit(block, of: operation, queue: owner?.takeUnretainedValue(), qos: qos)
+    }
+
+    /// Steps 4 to 6: the completion block and the observers (unless
+    /// `announce()` handled them), retirement, and (when `settle` is true)
+    /// telling the queue that the retirement it counted is done. Drops the
+    /// operation before the queue is told, so that a queue waiter that
+    /// wakes finds it released if nothing else holds it (unless its
+    /// completion block is still to run, which holds it, as Foundation's
+    /// does).
     ///
     /// As in Foundation, the completion block runs asynchronously, on a
     /// worker of the pool ("typically a secondary thread"): waiters do not
@@ -421,6 +442,7 @@ struct FinishPlan: ~Copyable {
             OperationInstrumentation.emit(.finished, operation, queue: owner?.takeUnretainedValue())
         }
         if let details {
+            submitCompletion()
             if details.hasUserTail {
                 let finished = operation
                 ThreadContext.withCurrent { context in
@@ -428,17 +450,6 @@ struct FinishPlan: ~Copyable {
                     if let names = details.takeAnnouncement() { finished.notifyDidChange(names) }
                     context.leave(restoring: saved)
                 }
-            }
-            if let block = details.takeCompletion() {
-                // Submitted before the waiters wake, so that it starts as
-                // soon as a worker is free, and in the order the operations
-                // finished (`CompletionBlocks`). The queue is still alive here
-                // (the operation's retirement is in flight, or the caller
-                // runs its drain loop).
-                let queueQoS = owner?._withUnsafeGuaranteedRef { $0.qualityOfServiceIndex.load(ordering: .relaxed) }
-                    ?? QualityOfService.default.index
-                let qos = OperationQueue.effectiveQualityOfService(operation: operation.loadState().qosIndex, queue: queueQoS)
-                CompletionBlocks.submit(block, of: operation, queue: owner?.takeUnretainedValue(), qos: qos)
             }
         }
         let waiters = operation.retire()

@@ -345,9 +345,11 @@ open class Operation: @unchecked Sendable {
     ///
     /// It runs asynchronously, as in Foundation: on a worker thread of the
     /// operation pool (not the thread that finished the operation, nor the
-    /// caller of a `start()` by hand), after dependents have been released,
-    /// the `isFinished` observers have run and the operation has left its
-    /// queue. Waits (``waitUntilFinished()``, the queue's waits) do not wait
+    /// caller of a `start()` by hand), handed to it once dependents have
+    /// been released and the operation has left its queue, and before the
+    /// `isExecuting`/`isFinished` observers are told, as on Darwin (so it
+    /// may run while they do, and an observer may wait for it). Waits
+    /// (``waitUntilFinished()``, the queue's waits) do not wait
     /// for it. Blocks of operations that finish one after the other start in
     /// that order, and may run side by side; a block may block without
     /// starving Swift's cooperative pool. ``OperationQueue/current`` is nil
@@ -404,9 +406,9 @@ open class Operation: @unchecked Sendable {
     /// Observers are told, and for the keys the library relies on it reads
     /// the (possibly overridden) getter and acts on its value:
     /// - `isFinished`: if ``isFinished`` now returns true, the operation
-    ///   finishes: dependents are released, it leaves its queue, then
-    ///   observers are told, the completion block is handed to another
-    ///   thread and waiters wake.
+    ///   finishes: dependents are released, it leaves its queue, then the
+    ///   completion block is handed to another thread, observers are told
+    ///   and waiters wake.
     /// - `isReady`, `isCancelled`: its queue re-reads ``isReady`` and
     ///   ``isCancelled``; a true `isCancelled` also cancels an `async` body.
     ///   An operation in no queue whose class overrides ``isReady`` has that

@@ -184,8 +184,8 @@ extension OperationQueue {
                 }
                 if isObserved { notifyDidChange(Self.contentKeys) }
                 if let plan = own.take() {
-                    // Observers are told here, before the kept slot is given
-                    // back; the completion block goes to the pool.
+                    // The completion block goes to the pool, then observers
+                    // are told, before the kept slot is given back.
                     if keptSlot {
                         plan.announce()
                         releaseKeptSlot(of: plan.operation)

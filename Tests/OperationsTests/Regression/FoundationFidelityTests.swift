@@ -429,6 +429,64 @@ struct OrderAtFinishTests {
     }
 }
 
+@Suite("The completion block is under way before the isExecuting/isFinished observers are told (document 003's logs; probe 52)")
+struct CompletionBeforeObserversTests {
+    enum Finish: String, CaseIterable, Sendable, CustomTestStringConvertible {
+        case handStart, cancelledHandStart, serialQueue, defaultQueue, announcedFinish
+        var testDescription: String { rawValue }
+    }
+
+    /// In each of the article's logs ("All task finished.", "bp2 complete")
+    /// the completion block prints before the `isExecuting` 1→0 and
+    /// `isFinished` 0→1 notifications. So an observer of either may wait for
+    /// the block: before, it waited until its bound (the block was handed
+    /// on only after the observers returned).
+    @Test("an isExecuting or isFinished observer that waits for the completion block sees it run", arguments: Finish.allCases)
+    func observerSeesCompletionBlock(_ finish: Finish) {
+        let completionRan = Gate()
+        let seen = Recorder<String>()
+        let op: Operation = finish == .announcedFinish ? GatedOperation() : BlockOperation {}
+        op.completionBlock = { completionRan.open() }
+        let finishedToken = op.observe(\.isFinished, options: [.new]) { _, change in
+            guard change.newValue == true else { return }
+            seen.record(completionRan.wait() ? "isFinished: completion ran" : "isFinished: completion did not run")
+        }
+        // A class that announces its own finish is finished when it
+        // announces `isFinished`, after its `isExecuting` announcement: as on
+        // Darwin, only the `isFinished` observers come after the block.
+        let watchesExecuting = finish != .announcedFinish && finish != .cancelledHandStart
+        let executingToken = !watchesExecuting ? nil : op.observe(\.isExecuting, options: [.old, .new]) { _, change in
+            guard change.oldValue == true, change.newValue == false else { return }
+            seen.record(completionRan.wait() ? "isExecuting: completion ran" : "isExecuting: completion did not run")
+        }
+        switch finish {
+        case .handStart:
+            op.start()
+        case .cancelledHandStart:
+            op.cancel()
+            op.start()
+        case .serialQueue, .defaultQueue:
+            let queue = makeQueue("completion-first", width: finish == .serialQueue ? 1 : OperationQueue.defaultMaxConcurrentOperationCount)
+            queue.addOperation(op)
+            #expect(queue.waitUntilAllOperationsAreFinished(timeout: patience))
+        case .announcedFinish:
+            let queue = makeQueue("completion-first-announced")
+            let gated = op as! GatedOperation
+            queue.addOperation(gated)
+            #expect(gated.executing.wait())
+            gated.gate.open()
+            #expect(queue.waitUntilAllOperationsAreFinished(timeout: patience))
+        }
+        #expect(op.waitUntilFinished(timeout: patience))
+        #expect(waitUntil { seen.events.contains { $0.hasPrefix("isFinished") } })
+        let expected = watchesExecuting
+            ? ["isExecuting: completion ran", "isFinished: completion ran"]
+            : ["isFinished: completion ran"]
+        #expect(seen.events == expected)
+        withExtendedLifetime((finishedToken, executingToken)) {}
+    }
+}
+
 @Suite("isReady is announced once when the last two dependencies finish together (regression: probe G12)")
 struct ConcurrentLastDependenciesTests {
     /// Each finishing dependency predicted, before taking the dependent's
