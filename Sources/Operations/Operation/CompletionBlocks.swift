@@ -51,14 +51,14 @@ enum CompletionBlocks {
 
         /// Adds `item`; returns the quality of service of a runner to post,
         /// if none is posted.
-        mutating func append(_ item: Item) -> Int? {
-            var item = item
+        mutating func append(_ item: consuming Item) -> Int? {
             lastSequence += 1
             item.sequence = lastSequence
+            let qos = item.qos
             items.append(item)
             guard !runnerPosted else { return nil }
             runnerPosted = true
-            return item.qos
+            return qos
         }
 
         /// A runner takes the head; returns it, and the quality of service
@@ -81,8 +81,18 @@ enum CompletionBlocks {
     /// Queues `block`, which holds `operation` (and its `queue`) until it
     /// has run, to run at `qos` once the blocks queued before it have
     /// started.
-    static func submit(_ block: @escaping @Sendable () -> Void, of operation: Operation, queue: OperationQueue?, qos: Int) {
-        let post = line.withLock { $0.append(Item(block: block, operation: operation, queue: queue, qos: qos)) }
+    ///
+    /// The caller's reference to `block` is moved into the line, and the
+    /// line holds the only one once the lock is released: a runner may
+    /// take the block and run it at once, and its release (the deinit of
+    /// what it captured, user code) must happen there, after it ran, never
+    /// on the submitting thread. That thread is finishing the operation:
+    /// its waiters are not woken yet, and a drain loop holds the dependents
+    /// it just readied (probe 53: a captured object whose deinit waited for
+    /// the next operation of a chain deadlocked the drain loop).
+    static func submit(_ block: consuming @escaping @Sendable () -> Void, of operation: Operation, queue: OperationQueue?, qos: Int) {
+        var item: Item? = Item(block: consume block, operation: operation, queue: queue, qos: qos)
+        let post = line.withLock { $0.append(item.take()!) }
         if let post { WorkerPool.shared.submit(CompletionRunner(), qos: post) }
     }
 

@@ -419,7 +419,8 @@ struct FinishPlan: ~Copyable {
         let queueQoS = owner?._withUnsafeGuaranteedRef { $0.qualityOfServiceIndex.load(ordering: .relaxed) }
             ?? QualityOfService.default.index
         let qos = OperationQueue.effectiveQualityOfService(operation: operation.loadState().qosIndex, queue: queueQoS)
-        CompletionBlocks.submit(block, of: operation, queue: owner?.takeUnretainedValue(), qos: qos)
+        // Moved: this thread keeps no reference to release (see `submit`).
+        CompletionBlocks.submit(consume block, of: operation, queue: owner?.takeUnretainedValue(), qos: qos)
     }
 
     /// Steps 4 to 6: the completion block and the observers (unless
