@@ -65,11 +65,12 @@ enum SerialQueueDemo {
         log.checkOrder(["operation1 isFinished NO→YES", "operation2 isExecuting NO→YES",
                         "operation2 isFinished NO→YES", "operation3 isExecuting NO→YES"],
                        "each operation started only after the previous one had finished")
-        log.checkOrder(["operation2", "operation2 isFinished NO→YES", "operation2-completionBlock"],
-                       "operation2's completion block ran after operation2 had finished")
-        log.say("     (operation3 starts only after operation2 announced isFinished; operation2 has left the queue\n" +
-                "      and freed its slot when its completion block runs: as on Darwin, whose output in the article\n" +
-                "      shows the block on another thread, operation3 may start before or while the block runs.)")
+        log.checkOrder(["operation2", "operation2-completionBlock"],
+                       "operation2's completion block ran after operation2's work")
+        log.say("     (operation3 starts only after operation2 announced isFinished. operation2 has left the queue\n" +
+                "      when its completion block is handed to another thread, before its isFinished observers are\n" +
+                "      told: as on Darwin, whose output in the article shows the block on another thread, the block\n" +
+                "      may run before, while or after operation3 starts.)")
         log.check(meter.peak == 1, "never more than one operation ran at a time", detail: "\(meter.peak) ran at once")
         log.checkThreads(of: ["operation1", "operation2", "operation3"], startWith: "ops.worker.",
                          "they ran on the library's worker threads")
