@@ -170,4 +170,25 @@ struct MainQueueTests {
         #expect(done.wait(timeout: patience), "a wait hung: \(results.events)")
         #expect(Set(results.events) == ["operation: returned, [waitDeadlock]", "queue: returned, [waitDeadlock]"])
     }
+
+    @Test("an isFinished observer of an operation of main waits for main's other work, as on any queue (probe 53: the wait never ended)")
+    func observerWaitsForMain() {
+        let results = Recorder<String>()
+        let done = Gate()
+        let operation = BlockOperation {}
+        let token = operation.observe(\.isFinished, options: [.new]) { _, change in
+            guard change.newValue == true else { return }
+            let misuses = Recorder<OperationMisuse.Code>()
+            let idle = OperationMisuse.withHandler({ misuses.record($0.code) }) {
+                OperationQueue.main.waitUntilAllOperationsAreFinished(timeout: patience)
+            }
+            let forItself = operation.waitUntilFinished(timeout: patience)
+            results.record("queue idle: \(idle), itself: \(forItself), \(misuses.events)")
+            done.open()
+        }
+        OperationQueue.main.addOperation(operation)
+        #expect(done.wait(timeout: patience * 3), "the observer's waits hung: \(results.events)")
+        #expect(results.events == ["queue idle: true, itself: true, []"])
+        token.invalidate()
+    }
 }

@@ -55,8 +55,12 @@ extension Operation {
         // `isReady`, did `dependencies`.
         let observed = loadState().isObserved
         var keys: [String] = []
+        var announcing: EdgeEdit?
+        defer { announcing?.end() }
         if observed {
             guard !withStateLock({ _ in storedDependencies.contains(dependency) || hasWeakDependencyLocked(dependency) }) else { return }
+            announcing = EdgeEdit.begin(self, dependency, adding: true)
+            guard announcing != nil else { return }
             let state = loadState()
             let mayBecomeUnready = state.isBaseReady && state.acceptsDependencies && !dependency.loadState().isFinished
                 && !getter.saysFinished
@@ -229,8 +233,12 @@ extension Operation {
     final func performRemoveDependency(_ dependency: Operation) {
         let observed = loadState().isObserved
         var keys: [String] = []
+        var announcing: EdgeEdit?
+        defer { announcing?.end() }
         if observed {
             guard withStateLock({ _ in storedDependencies.contains(dependency) || hasWeakDependencyLocked(dependency) }) else { return }
+            announcing = EdgeEdit.begin(self, dependency, adding: false)
+            guard announcing != nil else { return }
             let state = loadState()
             let mayBecomeReady = !state.isBaseReady && state.countsDependencies && state.unfinishedDependencies == 1
             keys = mayBecomeReady ? ["dependencies", "isReady"] : ["dependencies"]
@@ -278,6 +286,36 @@ extension Operation {
         // An `isReady` override is reported by the queue, when it re-reads it.
         if let readyAt, !overrides(.isReady) { OperationInstrumentation.emit(.ready, self, queue: queue, at: readyAt.time) }
         if becameReady { queue?.memberReadinessMayHaveChanged(self) }
+    }
+
+    /// An observed dependency edit between its will-change and its end, on
+    /// the calling thread. An observer told of it (with `.prior`, before the
+    /// edge changed) that makes the same edit again would otherwise find the
+    /// edge as it was, announce it again, and so recurse until the stack
+    /// overflows (probe 53): that nested edit is already under way, and
+    /// returns at once.
+    struct EdgeEdit: Equatable {
+        private let dependent: ObjectIdentifier
+        private let dependency: ObjectIdentifier
+        private let adding: Bool
+
+        /// Records the edit on this thread; nil if the same edit is already
+        /// being announced there.
+        static func begin(_ dependent: Operation, _ dependency: Operation, adding: Bool) -> EdgeEdit? {
+            let edit = EdgeEdit(dependent: ObjectIdentifier(dependent), dependency: ObjectIdentifier(dependency), adding: adding)
+            return ThreadContext.withCurrent { context -> EdgeEdit? in
+                guard !context.announcedEdgeEdits.contains(edit) else { return nil }
+                context.announcedEdgeEdits.append(edit)
+                return edit
+            }
+        }
+
+        /// The edit has ended.
+        func end() {
+            ThreadContext.withCurrent { context in
+                if let index = context.announcedEdgeEdits.lastIndex(of: self) { context.announcedEdgeEdits.remove(at: index) }
+            }
+        }
     }
 
     /// Removes `dependent` from this operation's dependents list, if it is

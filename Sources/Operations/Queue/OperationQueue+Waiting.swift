@@ -41,9 +41,16 @@ extension OperationQueue {
                 reportWaitThatNeverEnds(verdict.reason)
                 return false
             }
-            return runOnCallingThread(until: { [unowned self] in self.lock.withLock { self.state.isIdle } }, deadline: deadline) {
+            // From the observers of one of its own finished operations, as
+            // below: that retirement must not keep the wait waiting for
+            // itself (probe 53: it hung silently on `main` only).
+            let stepsAside = isRetiring(context.runningOperations)
+            if stepsAside { lock.withLock { state.retirementStepsAside(true) } }
+            let idle = runOnCallingThread(until: { [unowned self] in self.lock.withLock { self.state.isIdle } }, deadline: deadline) {
                 .queue(self, "waitUntilAllOperationsAreFinished on:")
             }
+            if stepsAside { stopSteppingAside() }
+            return idle
         }
         if let deadline, deadline.hasPassed() { return lock.withLock { state.isIdle } }
         let running = context.runningOperations
@@ -59,7 +66,7 @@ extension OperationQueue {
         // Inside the retirement of one of this queue's operations (its
         // observers): that retirement must not keep this wait waiting for
         // itself.
-        let stepsAside = running.contains { $0.loadState().isFinished && $0.belongs(to: self) }
+        let stepsAside = isRetiring(running)
         let signal = WaitSignal()
         let key = lock.withLock { () -> Int? in
             if stepsAside { state.retirementStepsAside(true) }
@@ -83,17 +90,28 @@ extension OperationQueue {
             }
             if !idle, case .neverEnds(let reason) = outcome { neverEnds = reason }
         }
-        if stepsAside {
-            let effects = lock.withLock { () -> QueueEffects in
-                state.retirementStepsAside(false)
-                return takeEffectsLocked()
-            }
-            effects.perform(on: self)
-        }
+        if stepsAside { stopSteppingAside() }
         if let neverEnds {
             reportWaitThatNeverEnds(neverEnds)
         }
         return idle
+    }
+
+    /// Whether one of `running` (the operations the calling thread is
+    /// inside) is a finished operation of this queue: the thread is telling
+    /// its observers, inside its retirement.
+    private func isRetiring(_ running: [Operation]) -> Bool {
+        running.contains { $0.loadState().isFinished && $0.belongs(to: self) }
+    }
+
+    /// Counts the retirement that stepped aside for a wait again, once the
+    /// wait has ended.
+    private func stopSteppingAside() {
+        let effects = lock.withLock { () -> QueueEffects in
+            state.retirementStepsAside(false)
+            return takeEffectsLocked()
+        }
+        effects.perform(on: self)
     }
 
     /// Reports a wait for this queue that can never end (`reason`: the

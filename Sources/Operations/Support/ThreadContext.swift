@@ -51,6 +51,12 @@ final class ThreadContext {
     /// naming the operation's queue for the library's own checks.
     @exclusivity(unchecked) var inCompletionBlock = false
 
+    /// The dependency edits this thread is announcing to observers (an
+    /// observed `addDependency` or `removeDependency`, from its will-change
+    /// on): the same edit made again from one of their observers is
+    /// already under way, and does nothing (see `Operation.EdgeEdit`).
+    @exclusivity(unchecked) var announcedEdgeEdits: [Operation.EdgeEdit] = []
+
     /// What `leave` restores.
     struct Saved {
         fileprivate let operation: Unmanaged<Operation>?

@@ -148,3 +148,40 @@ struct ObservationPairingRegressionTests {
         withExtendedLifetime(token) {}
     }
 }
+
+@Suite("An observer that repeats the dependency edit it is being told of (regression: probe 53)")
+struct RepeatedEdgeEditTests {
+    /// Before: the prior notification came while the edge was still there,
+    /// so the observer's removal announced again, and so on until the stack
+    /// overflowed (a crash, every time).
+    @Test("a .prior isReady observer that removes the dependency being removed: one removal, one will/did pair")
+    func priorObserverRemovesSameDependency() {
+        let never = BlockOperation {}
+        let operation = BlockOperation {}
+        operation.addDependency(never)
+        let log = Recorder<String>()
+        let token = operation.observe(\.isReady, options: [.prior, .new]) { observed, change in
+            log.record(change.isPrior ? "will" : "did \(change.newValue!)")
+            for dependency in observed.dependencies { observed.removeDependency(dependency) }
+        }
+        operation.removeDependency(never)
+        #expect(operation.dependencies.isEmpty && operation.isReady)
+        #expect(log.events == ["will", "did true"])
+        token.invalidate()
+    }
+
+    @Test("a .prior dependencies observer that adds the dependency being added: one edge, one will/did pair")
+    func priorObserverAddsSameDependency() {
+        let dependency = BlockOperation {}
+        let operation = BlockOperation {}
+        let log = Recorder<String>()
+        let token = operation.observe(\.dependencies, options: [.prior]) { observed, change in
+            log.record(change.isPrior ? "will" : "did")
+            if change.isPrior { observed.addDependency(dependency) }
+        }
+        operation.addDependency(dependency)
+        #expect(operation.dependencies.count == 1 && !operation.isReady)
+        #expect(log.events == ["will", "did"])
+        token.invalidate()
+    }
+}
