@@ -134,9 +134,12 @@ final class CompletionRunner: PoolJob, Sendable {
             let savedQueue = context.queueReference
             context.queueReference = item.queue.map { Unmanaged.passUnretained($0) }
             let outer = context.inCompletionBlock
+            let outerOperation = context.completingOperation
             context.inCompletionBlock = true
+            context.completingOperation = Unmanaged.passUnretained(item.operation)
             item.block()
             context.inCompletionBlock = outer
+            context.completingOperation = outerOperation
             context.queueReference = savedQueue
         }
         // The block, then the operation and the queue, are released here,

@@ -27,8 +27,10 @@ extension Operation {
         let snapshot = loadState()
         if snapshot.isRetired { return true }
         unowned(unsafe) let context = ThreadContext.current
-        // From its own completion block or finishing observers: it has finished.
-        if snapshot.isFinished, context.isRunning(self) { return true }
+        // From its own completion block or finishing observers: it has
+        // finished. (The block is handed on before the observers are told,
+        // so it may run before the operation retires.)
+        if snapshot.isFinished, context.isRunning(self) || context.isCompleting(self) { return true }
         // From the observers of a finished operation: its queue slot, kept
         // for them, may be what this operation needs.
         OperationQueue.threadWillBlock(context)

@@ -50,6 +50,10 @@ final class ThreadContext {
     /// is then nil (or the main queue, on the main thread). `queue` keeps
     /// naming the operation's queue for the library's own checks.
     @exclusivity(unchecked) var inCompletionBlock = false
+    /// The operation whose completion block this thread is running, while
+    /// it runs; compared by identity only. Unretained: the runner's item
+    /// holds the operation until the block has returned.
+    @exclusivity(unchecked) var completingOperation: Unmanaged<Operation>?
 
     /// The dependency edits this thread is announcing to observers (an
     /// observed `addDependency` or `removeDependency`, from its will-change
@@ -116,6 +120,11 @@ final class ThreadContext {
     }
 
     /// Whether `operation` is one this thread is running.
+    /// Whether this thread runs `operation`'s completion block.
+    func isCompleting(_ operation: Operation) -> Bool {
+        completingOperation?.toOpaque() == Unmanaged.passUnretained(operation).toOpaque()
+    }
+
     func isRunning(_ operation: Operation) -> Bool {
         let opaque = Unmanaged.passUnretained(operation).toOpaque()
         if operationReference?.toOpaque() == opaque { return true }

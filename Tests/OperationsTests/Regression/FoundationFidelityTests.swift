@@ -485,6 +485,31 @@ struct CompletionBeforeObserversTests {
         #expect(seen.events == expected)
         withExtendedLifetime((finishedToken, executingToken)) {}
     }
+
+    /// The block may now run before the operation retires (its observers
+    /// are still being told): a wait for its own operation from inside it
+    /// returns at once, as documented, rather than wait for the retirement,
+    /// which here waits for the block.
+    @Test("the completion block's own waitUntilFinished returns at once while an isFinished observer waits for the block")
+    func completionBlockWaitsForItsOperation() {
+        let completionReturned = Gate()
+        let waited = Box<Bool?>(nil)
+        let observerSaw = Box<Bool?>(nil)
+        let op = BlockOperation {}
+        op.completionBlock = { [unowned op] in
+            waited.value = op.waitUntilFinished(timeout: patience)
+            completionReturned.open()
+        }
+        let token = op.observe(\.isFinished, options: [.new]) { _, change in
+            if change.newValue == true { observerSaw.value = completionReturned.wait() }
+        }
+        let queue = makeQueue("completion-waits-for-itself")
+        queue.addOperation(op)
+        #expect(queue.waitUntilAllOperationsAreFinished(timeout: patience * 3))
+        #expect(waited.value == true, "waitUntilFinished from the completion block")
+        #expect(observerSaw.value == true, "the observer saw the completion block return")
+        withExtendedLifetime(token) {}
+    }
 }
 
 @Suite("isReady is announced once when the last two dependencies finish together (regression: probe G12)")
