@@ -100,6 +100,11 @@ extension OperationQueue {
                 state.retirementDone(owedRetirements)
                 owedRetirements = 0
             }
+            // The queue's own observers (`operationCount`, `operations`) hear
+            // of these finishes on this thread: user code too, which may wait
+            // for the next operation (probe 55: taken first, it could not
+            // start until the wait ended, which it never did).
+            if isObserved, hadFinishes { userTail = true }
             var customStart = false
             // An observer runs before the next operation is picked: it may wait for (or add) work that must be able to
             // take the slot this loop would otherwise hold. (A constant, so
@@ -182,7 +187,24 @@ extension OperationQueue {
                         pool.submit(RetirementJob(plan), qos: queueQoS)
                     }
                 }
-                if isObserved { notifyDidChange(Self.contentKeys) }
+                if isObserved {
+                    if keptSlot, let plan = own.take() {
+                        // Told as part of the retirement of the operation
+                        // that keeps its slot for its observers: a library
+                        // wait made there frees the slot, as one made by
+                        // those observers does (probe 55: at width 1 the wait
+                        // for the next operation never ended).
+                        let finished = plan.operation
+                        own = consume plan
+                        ThreadContext.withCurrent { context in
+                            let saved = context.enter(finished, queue: Unmanaged.passUnretained(self))
+                            notifyDidChange(Self.contentKeys)
+                            context.leave(restoring: saved)
+                        }
+                    } else {
+                        notifyDidChange(Self.contentKeys)
+                    }
+                }
                 if let plan = own.take() {
                     // The completion block goes to the pool, then observers
                     // are told, before the kept slot is given back.

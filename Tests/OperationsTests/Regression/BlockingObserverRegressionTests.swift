@@ -281,3 +281,33 @@ struct AsyncBodyTailRegressionTests {
         await #expect(processExitsWith: .success) { scenarioTailsOfAsyncBodiesWaitForAnAsyncBody() }
     }
 }
+
+@Suite("A queue's operationCount observer that waits for the queue's next operation (regression: probe 55)")
+struct QueueObserverWaitTests {
+    /// Before: the drain loop took the next operation (counting it as
+    /// executing) and then told the queue's observers on the same thread,
+    /// so the wait could not end (the bounded wait timed out every time);
+    /// when the finished operation had observers of its own, it kept its
+    /// slot while the queue's observers were told, so at width 1 the next
+    /// operation could not start either.
+    @Test("the wait returns once the next operation ran", arguments: [false, true])
+    func observerWaitsForNextOperation(finishedIsObserved: Bool) {
+        let queue = makeQueue("queue-observer-waits", width: 1)
+        queue.isSuspended = true
+        let a = BlockOperation {}
+        let b = BlockOperation {}
+        let ownToken = finishedIsObserved ? a.observe(\.isFinished) { _, _ in } : nil
+        let armed = Box(false)
+        let waited = Recorder<Bool>()
+        let token = queue.observe(\.operationCount, options: [.new]) { [weak b] _, change in
+            guard armed.value, change.newValue == 1, waited.events.isEmpty, let b else { return }
+            waited.record(b.waitUntilFinished(timeout: patience))
+        }
+        queue.addOperations([a, b], waitUntilFinished: false)
+        armed.value = true
+        queue.isSuspended = false
+        #expect(queue.waitUntilAllOperationsAreFinished(timeout: patience * 2))
+        #expect(waited.events == [true])
+        withExtendedLifetime((token, ownToken)) {}
+    }
+}
