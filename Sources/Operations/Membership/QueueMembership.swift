@@ -127,3 +127,49 @@ extension OperationQueue {
     /// The keys that change when operations are added or leave.
     static let contentKeys = ["operations", "operationCount", "progress"]
 }
+
+/// An operation that became ready and whose `isReady` observers are being
+/// told on this thread before its queue hears of it (the queue is told
+/// after they return, so that, as in Foundation's logs, they hear `isReady`
+/// before `isExecuting`).
+///
+/// An observer may wait there for the operation itself (or for work that
+/// needs it): the queue would then never hear of it (probe 55: the wait
+/// never ended, even on an idle queue of its own). So a library wait made
+/// on this thread first tells the queues of every operation pending here
+/// (`admitAll`); telling a queue twice is harmless (it re-reads the
+/// readiness and keeps an operation already in place).
+struct PendingAdmission {
+    /// Unretained: the announcing frame holds both until it pops the entry.
+    let operation: Unmanaged<Operation>
+    let queue: Unmanaged<OperationQueue>
+    var isAdmitted = false
+
+    /// Runs `announce` (the observers' notification) with `operation`
+    /// recorded as pending admission to `queue`.
+    static func whileAnnouncing(_ operation: Operation, readyIn queue: OperationQueue, _ announce: () -> Void) {
+        ThreadContext.withCurrent {
+            $0.pendingAdmissions.append(PendingAdmission(operation: .passUnretained(operation), queue: .passUnretained(queue)))
+        }
+        announce()
+        ThreadContext.withCurrent { _ = $0.pendingAdmissions.popLast() }
+    }
+
+    /// Tells the queues of the operations pending admission on this thread
+    /// (once each). Call before blocking, with no lock held.
+    static func admitAll(_ context: ThreadContext) {
+        guard context.pendingAdmissions.contains(where: { !$0.isAdmitted }) else { return }
+        var due: [PendingAdmission] = []
+        for index in context.pendingAdmissions.indices where !context.pendingAdmissions[index].isAdmitted {
+            context.pendingAdmissions[index].isAdmitted = true
+            due.append(context.pendingAdmissions[index])
+        }
+        // Outside the array: telling a queue may read an `isReady`
+        // override (user code), which may announce on this thread.
+        for entry in due {
+            entry.queue._withUnsafeGuaranteedRef { queue in
+                entry.operation._withUnsafeGuaranteedRef { queue.memberReadinessMayHaveChanged($0) }
+            }
+        }
+    }
+}

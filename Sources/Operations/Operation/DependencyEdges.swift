@@ -281,7 +281,13 @@ extension Operation {
             // ran in between): announce it now rather than not at all.
             announceReadinessChangedLate()
         }
-        if !keys.isEmpty { notifyDidChange(keys.reversed()) }
+        if !keys.isEmpty {
+            if becameReady, let queue {
+                PendingAdmission.whileAnnouncing(self, readyIn: queue) { notifyDidChange(keys.reversed()) }
+            } else {
+                notifyDidChange(keys.reversed())
+            }
+        }
         withExtendedLifetime(removed) {}
         // An `isReady` override is reported by the queue, when it re-reads it.
         if let readyAt, !overrides(.isReady) { OperationInstrumentation.emit(.ready, self, queue: queue, at: readyAt.time) }
@@ -417,7 +423,16 @@ extension Operation {
             }
         }
         if announce {
-            notifyDidChange(["isReady"])
+            let pendingIn: OperationQueue? = switch news {
+            case .ready(let owner): owner
+            case .readyInCallerQueue: callerQueue
+            case .none, .dependentFinished: nil
+            }
+            if let pendingIn {
+                PendingAdmission.whileAnnouncing(self, readyIn: pendingIn) { notifyDidChange(["isReady"]) }
+            } else {
+                notifyDidChange(["isReady"])
+            }
         } else if becameReady, loadState().isObserved {
             // Another dependency finished between the snapshot above and the
             // lock, so the snapshot did not predict the change: announce it

@@ -400,6 +400,9 @@ extension OperationQueue {
     ///   its slot for them, the slot is freed, which would otherwise happen
     ///   only once the observers have returned, that is, after this wait.
     static func threadWillBlock(_ context: ThreadContext) {
+        // Operations whose `isReady` observers this thread is telling: their
+        // queues hear of them now, since the wait may be for them.
+        PendingAdmission.admitAll(context)
         if let queue = context.queueReference {
             // The frame that set the reference (a drain loop) holds the queue.
             queue._withUnsafeGuaranteedRef { $0.drainLoopWillBlock() }

@@ -61,6 +61,10 @@ final class ThreadContext {
     /// already under way, and does nothing (see `Operation.EdgeEdit`).
     @exclusivity(unchecked) var announcedEdgeEdits: [Operation.EdgeEdit] = []
 
+    /// Operations this thread is announcing ready to their observers before
+    /// their queue has been told (see `PendingAdmission`), innermost last.
+    @exclusivity(unchecked) var pendingAdmissions: [PendingAdmission] = []
+
     /// What `leave` restores.
     struct Saved {
         fileprivate let operation: Unmanaged<Operation>?

@@ -307,7 +307,56 @@ struct QueueObserverWaitTests {
         armed.value = true
         queue.isSuspended = false
         #expect(queue.waitUntilAllOperationsAreFinished(timeout: patience * 2))
+        // The observer records once its wait returns, which may be just
+        // after the queue drained.
+        #expect(waitUntil { !waited.events.isEmpty })
         #expect(waited.events == [true])
         withExtendedLifetime((token, ownToken)) {}
+    }
+}
+
+@Suite("An isReady observer that waits for its operation (regression: probe 55)")
+struct ReadyObserverWaitTests {
+    enum BecameReady: String, CaseIterable, Sendable, CustomTestStringConvertible {
+        /// Its dependency ran on another queue.
+        case dependencyOnAnotherQueue
+        /// Its dependency ran on its own queue, of the default width.
+        case dependencyOnItsQueue
+        /// Its only dependency was removed, from a thread of the test's.
+        case dependencyRemoved
+        /// Its dependency, in no queue, was started by hand.
+        case dependencyStartedByHand
+        var testDescription: String { rawValue }
+    }
+
+    /// Before: the observers were told before the queue heard that the
+    /// operation was ready, and the queue heard only once they returned, so
+    /// the wait could not end (the bounded wait timed out in every case).
+    /// A library wait made there now tells the queue first.
+    @Test("the wait returns once the operation ran", arguments: BecameReady.allCases)
+    func observerWaitsForItsOperation(_ how: BecameReady) {
+        let first = makeQueue("ready-observer-dependency")
+        let queue = how == .dependencyOnItsQueue ? first : makeQueue("ready-observer-waits")
+        let dependency = BlockOperation {}
+        let operation = BlockOperation {}
+        operation.addDependency(dependency)
+        let waited = Recorder<Bool>()
+        let token = operation.observe(\.isReady, options: [.new]) { observed, change in
+            guard change.newValue == true, waited.events.isEmpty else { return }
+            waited.record(observed.waitUntilFinished(timeout: patience))
+        }
+        queue.addOperation(operation)
+        switch how {
+        case .dependencyOnAnotherQueue, .dependencyOnItsQueue:
+            first.addOperation(dependency)
+        case .dependencyRemoved:
+            spawnThread { operation.removeDependency(dependency) }
+        case .dependencyStartedByHand:
+            spawnThread { dependency.start() }
+        }
+        #expect(queue.waitUntilAllOperationsAreFinished(timeout: patience * 2))
+        #expect(waitUntil { !waited.events.isEmpty })
+        #expect(waited.events == [true])
+        withExtendedLifetime(token) {}
     }
 }
