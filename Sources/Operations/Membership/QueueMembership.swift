@@ -146,8 +146,10 @@ struct PendingAdmission {
     var isAdmitted = false
 
     /// Runs `announce` (the observers' notification) with `operation`
-    /// recorded as pending admission to `queue`.
-    static func whileAnnouncing(_ operation: Operation, readyIn queue: OperationQueue, _ announce: () -> Void) {
+    /// recorded as pending admission to `queue`; just runs it when the
+    /// operation is in no queue.
+    static func whileAnnouncing(_ operation: Operation, readyIn queue: OperationQueue?, _ announce: () -> Void) {
+        guard let queue else { return announce() }
         ThreadContext.withCurrent {
             $0.pendingAdmissions.append(PendingAdmission(operation: .passUnretained(operation), queue: .passUnretained(queue)))
         }

@@ -133,13 +133,10 @@ final class CompletionRunner: PoolJob, Sendable {
             // The item holds the queue while the reference is set.
             let savedQueue = context.queueReference
             context.queueReference = item.queue.map { Unmanaged.passUnretained($0) }
-            let outer = context.inCompletionBlock
-            let outerOperation = context.completingOperation
-            context.inCompletionBlock = true
+            let outer = context.completingOperation
             context.completingOperation = Unmanaged.passUnretained(item.operation)
             item.block()
-            context.inCompletionBlock = outer
-            context.completingOperation = outerOperation
+            context.completingOperation = outer
             context.queueReference = savedQueue
         }
         // The block, then the operation and the queue, are released here,

@@ -282,11 +282,7 @@ extension Operation {
             announceReadinessChangedLate()
         }
         if !keys.isEmpty {
-            if becameReady, let queue {
-                PendingAdmission.whileAnnouncing(self, readyIn: queue) { notifyDidChange(keys.reversed()) }
-            } else {
-                notifyDidChange(keys.reversed())
-            }
+            PendingAdmission.whileAnnouncing(self, readyIn: becameReady ? queue : nil) { notifyDidChange(keys.reversed()) }
         }
         withExtendedLifetime(removed) {}
         // An `isReady` override is reported by the queue, when it re-reads it.
@@ -428,11 +424,7 @@ extension Operation {
             case .readyInCallerQueue: callerQueue
             case .none, .dependentFinished: nil
             }
-            if let pendingIn {
-                PendingAdmission.whileAnnouncing(self, readyIn: pendingIn) { notifyDidChange(["isReady"]) }
-            } else {
-                notifyDidChange(["isReady"])
-            }
+            PendingAdmission.whileAnnouncing(self, readyIn: pendingIn) { notifyDidChange(["isReady"]) }
         } else if becameReady, loadState().isObserved {
             // Another dependency finished between the snapshot above and the
             // lock, so the snapshot did not predict the change: announce it

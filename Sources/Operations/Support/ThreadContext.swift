@@ -45,15 +45,16 @@ final class ThreadContext {
     /// starter finishes the operation, as for a synchronous body.
     @exclusivity(unchecked) var inlineAsyncBodyReturned = false
 
-    /// Set while this thread runs a completion block: as in Foundation,
-    /// where completion blocks run outside the queue, `OperationQueue.current`
-    /// is then nil (or the main queue, on the main thread). `queue` keeps
-    /// naming the operation's queue for the library's own checks.
-    @exclusivity(unchecked) var inCompletionBlock = false
     /// The operation whose completion block this thread is running, while
     /// it runs; compared by identity only. Unretained: the runner's item
     /// holds the operation until the block has returned.
     @exclusivity(unchecked) var completingOperation: Unmanaged<Operation>?
+
+    /// Whether this thread runs a completion block: as in Foundation, where
+    /// completion blocks run outside the queue, `OperationQueue.current` is
+    /// then nil (or the main queue, on the main thread). `queue` keeps
+    /// naming the operation's queue for the library's own checks.
+    var inCompletionBlock: Bool { completingOperation != nil }
 
     /// The dependency edits this thread is announcing to observers (an
     /// observed `addDependency` or `removeDependency`, from its will-change
