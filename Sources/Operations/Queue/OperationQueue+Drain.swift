@@ -126,12 +126,15 @@ extension OperationQueue {
                 begun = state.loops.progress
                 let link = next._withUnsafeGuaranteedRef { $0.queueLink }
                 customStart = link.has(QueueLink.Flags.customStart)
-                emitLocked(.started(next.takeUnretainedValue()))
+                // Sent once: not again for an operation given back (`DrainClaim`).
+                if !link.has(QueueLink.Flags.givenBack) { emitLocked(.started(next.takeUnretainedValue())) }
                 if !link.has(QueueLink.Flags.holdsSlot) {
                     // Cancelled operations need no slot and no order: retire a
                     // batch of them per lock acquisition.
                     state.popCancelled(upTo: 63, into: &cancelledBatch)
-                    for operation in cancelledBatch { emitLocked(.started(operation)) }
+                    for operation in cancelledBatch where !operation.queueLink.has(QueueLink.Flags.givenBack) {
+                        emitLocked(.started(operation))
+                    }
                 }
             } else if userTail {
                 // The tail (observers) is user code that
@@ -155,6 +158,14 @@ extension OperationQueue {
             // observers, and the remaining tail: its operation's
             // isExecuting/isFinished observers and the release of the slot it
             // kept for them (its completion block goes to the pool).
+            // What the loop took to start next is claimed while it lets go
+            // of the operations it retired: a `deinit` that runs here may
+            // wait for it (`DrainClaim`).
+            let claims = hadFinishes && next != nil
+            if claims, let next {
+                context.drainClaim = DrainClaim(queue: Unmanaged.passUnretained(self), next: next, cancelled: [])
+                if !cancelledBatch.isEmpty { swap(&context.drainClaim!.cancelled, &cancelledBatch) }
+            }
             if !released.isEmpty {
                 for reference in released { reference.release() }
                 released.empty()
@@ -218,13 +229,24 @@ extension OperationQueue {
                     plan.complete(settle: false)
                 }
             }
+            var givenBack = false
+            if claims, var claim = context.drainClaim.take() {
+                givenBack = claim.isGivenBack
+                if !claim.cancelled.isEmpty { swap(&claim.cancelled, &cancelledBatch) }
+            }
             effects.perform(on: self)
             // Emptied now: left as is, its references (a drain executor,
             // wakeups) would be released at the end of the iteration, under
             // the lock taken again by then.
             effects = QueueEffects()
-            if userTail {
-                // Pick the next operation now that the tail has run.
+            if givenBack, let next {
+                // Another loop starts what this one gave back: drop the
+                // loop's own reference, and pick again.
+                next.release()
+            }
+            if userTail || givenBack {
+                // Pick the next operation now that the tail has run (or
+                // what was taken was given back).
                 if watched { drainReturns.store(begun, ordering: .relaxed) }
                 lock.lock()
                 state.drainerBusy(false)
@@ -403,6 +425,13 @@ extension OperationQueue {
         // Operations whose `isReady` observers this thread is telling: their
         // queues hear of them now, since the wait may be for them.
         PendingAdmission.admitAll(context)
+        // Operations a drain loop on this thread took and has not started:
+        // the wait may be for them (`DrainClaim`).
+        if let claim = context.drainClaim, !claim.isGivenBack {
+            context.drainClaim!.isGivenBack = true
+            context.drainClaim!.cancelled = []
+            claim.queue._withUnsafeGuaranteedRef { $0.giveBack(claim) }
+        }
         if let queue = context.queueReference {
             // The frame that set the reference (a drain loop) holds the queue.
             queue._withUnsafeGuaranteedRef { $0.drainLoopWillBlock() }
@@ -492,5 +521,43 @@ extension OperationQueue {
         if operation == 2 { return queue }
         if queue == 2 { return operation }
         return max(operation, queue)
+    }
+}
+
+/// Operations a drain loop has taken from its queue to start next, while
+/// it completes the operations it just retired. Completing one lets go of
+/// the loop's reference to it, which may be the last: its `deinit` (or that
+/// of an object it owns, such as its result) then runs on the loop's
+/// thread, and may wait for the very operation the loop took, or for the
+/// queue (probe 55). A library wait made there gives the operations back to
+/// the queue first (`OperationQueue.threadWillBlock`), so that another loop
+/// starts them; the loop then starts nothing and picks again.
+///
+/// Set in the thread's context only while the loop completes operations
+/// (`ThreadContext.drainClaim`). Unretained: the loop holds `next` (its own
+/// retain, taken under the lock) and the queue (its frame runs on it).
+struct DrainClaim {
+    let queue: Unmanaged<OperationQueue>
+    let next: Unmanaged<Operation>
+    /// The cancelled operations taken with `next`, moved here from the loop
+    /// while the claim is set (empty in the common case).
+    var cancelled: [Operation]
+    /// Given back to the queue: the loop starts none of them.
+    var isGivenBack = false
+}
+
+extension OperationQueue {
+    /// Gives back what a drain loop took and has not started (see
+    /// `DrainClaim`), because its thread is about to block: the operations
+    /// go back to their lanes, their slots are free, and loops are added
+    /// freely, so that one is posted now for them.
+    final func giveBack(_ claim: borrowing DrainClaim) {
+        lock.lock()
+        claim.next._withUnsafeGuaranteedRef { state.giveBack($0) }
+        for operation in claim.cancelled { state.giveBack(operation) }
+        _ = state.drainLoopWillBlock()
+        let effects = takeEffectsLocked()
+        lock.unlock()
+        effects.perform(on: self)
     }
 }

@@ -109,6 +109,10 @@ struct QueueLink {
         static let keptSlot: UInt16 = 1 << 8
         /// In a lane's late heap rather than its in-order list (`ReadyLane`).
         static let inLateHeap: UInt16 = 1 << 9
+        /// Taken by a drain loop and given back before its start began
+        /// (`QueueState.giveBack(_:)`): its `.started` event was sent when
+        /// it was taken, and is not sent again.
+        static let givenBack: UInt16 = 1 << 10
     }
 
     func has(_ flag: UInt16) -> Bool { flags & flag != 0 }

@@ -385,6 +385,28 @@ struct QueueState {
         }
     }
 
+    /// Puts back an operation that `popNext` or `popCancelled` took and
+    /// whose start has not begun: the drain loop that took it is about to
+    /// block in user code that runs on its thread before the start (the
+    /// `deinit` of an operation it let go of), which may wait for this very
+    /// operation (see `OperationQueue.threadWillBlock`). It frees its slot
+    /// and goes back to the lane it came from: in add order there when the
+    /// queue holds ready operations back, so a serial queue keeps its order.
+    ///
+    /// The operation stays marked dispatched in its own state
+    /// (`OperationState.isDispatched` is never cleared): a dependency added
+    /// since it was taken still does not count, as when it was taken.
+    mutating func giveBack(_ operation: Operation) {
+        let flags = operation.queueLink.flags
+        guard flags & QueueLink.Flags.linked != 0, flags & QueueLink.Flags.dispatched != 0 else { return }
+        let heldSlot = flags & QueueLink.Flags.holdsSlot != 0
+        operation.queueLink.flags = (flags & ~(QueueLink.Flags.dispatched | QueueLink.Flags.holdsSlot)) | QueueLink.Flags.givenBack
+        if heldSlot { executing -= 1 }
+        // Taken from a priority lane when it took a slot, from the
+        // cancelled lane otherwise.
+        push(operation, lane: heldSlot ? Self.lane(forPriorityIndex: operation.loadState().priorityIndex) : Self.cancelledLane)
+    }
+
     /// Units of work drain loops could start now. The cancelled lane counts
     /// as one unit however long it is: one loop retires it in batches.
     var admissibleCount: Int {

@@ -66,6 +66,11 @@ final class ThreadContext {
     /// their queue has been told (see `PendingAdmission`), innermost last.
     @exclusivity(unchecked) var pendingAdmissions: [PendingAdmission] = []
 
+    /// What a drain loop on this thread took from its queue and has not
+    /// started yet, while the operations it let go of may run their
+    /// `deinit` here (see `DrainClaim`); nil otherwise.
+    @exclusivity(unchecked) var drainClaim: DrainClaim?
+
     /// What `leave` restores.
     struct Saved {
         fileprivate let operation: Unmanaged<Operation>?
