@@ -124,7 +124,23 @@ extension Operation {
     private func startValidated(state: OperationState, cancelled: Bool, queueCall: Bool, owner: OperationQueue?) -> FinishPlan? {
         let observed = state.isObserved
         let predicted: [String] = cancelled ? ["isFinished"] : ["isExecuting"]
-        if observed { notifyWillChange(predicted) }
+        if observed {
+            if queueCall, !cancelled {
+                // The body runs on this thread next, whatever the observers
+                // do (see below): a wait of theirs for this operation or its
+                // queue can never end (`WaitRegistry.Record.startingBody`).
+                // Only for its queue's call: a racing start by hand may be
+                // the one that runs it.
+                ThreadContext.withCurrent { context in
+                    let saved = context.announcedBaseStart
+                    context.announcedBaseStart = Unmanaged.passUnretained(self)
+                    notifyWillChange(predicted)
+                    context.announcedBaseStart = saved
+                }
+            } else {
+                notifyWillChange(predicted)
+            }
+        }
         // Once "will isExecuting" is announced, the body runs even if a
         // cancellation lands before the lock is taken (as in Foundation):
         // observers hear the change they were told about, not false → false.

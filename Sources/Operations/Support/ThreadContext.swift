@@ -71,6 +71,12 @@ final class ThreadContext {
     /// `deinit` here (see `DrainClaim`); nil otherwise.
     @exclusivity(unchecked) var drainClaim: DrainClaim?
 
+    /// The operation whose base `start()`, called by its queue, this thread
+    /// is announcing to `.prior` `isExecuting` observers: its body runs
+    /// here next, whatever they do. Unretained: the starting frame holds
+    /// the operation while it is set.
+    @exclusivity(unchecked) var announcedBaseStart: Unmanaged<Operation>?
+
     /// What `leave` restores.
     struct Saved {
         fileprivate let operation: Unmanaged<Operation>?

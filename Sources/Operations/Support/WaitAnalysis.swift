@@ -91,12 +91,12 @@ struct WaitAnalysis {
             if originRunning.contains(ObjectIdentifier(operation)) {
                 // Its own body, run by the base `start()` (on this thread, or
                 // an `async` body awaiting it): nothing else can finish it.
-                return WaitVerdict(kind: .runsTarget(operation), waiter: waiter, isCertain: Self.onlyItsBodyFinishes(operation))
+                return WaitVerdict(kind: .runsTarget(operation), waiter: waiter, isCertain: onlyItsBodyFinishes(operation))
             }
             return WaitVerdict(kind: .operationBlocked(operation), waiter: waiter, isCertain: false)
         case .queue(let queue):
             if let own = origin.running.first(where: { $0.belongs(to: queue) && !$0.loadState().isFinished }) {
-                return WaitVerdict(kind: .ownQueue(queue, own), waiter: waiter, isCertain: Self.onlyItsBodyFinishes(own))
+                return WaitVerdict(kind: .ownQueue(queue, own), waiter: waiter, isCertain: onlyItsBodyFinishes(own))
             }
             return WaitVerdict(kind: .queueBlocked(queue), waiter: waiter, isCertain: false)
         case .room(let queue):
@@ -108,8 +108,14 @@ struct WaitAnalysis {
     /// `start()` runs the body (base-executing), and it is not an
     /// ``AsyncOperation``, whose `finish()` may come from any thread (a
     /// class that overrides `start()` is never base-executing).
-    private static func onlyItsBodyFinishes(_ operation: Operation) -> Bool {
-        operation.loadState().isBaseExecuting && !(operation is AsyncOperation)
+    ///
+    /// Also true of the operation whose base `start()` the waiter is
+    /// announcing for its queue (a `.prior` `isExecuting` observer): its
+    /// body runs on the waiter's thread next (probe 55: such a wait was
+    /// never confirmed, and hung without a report).
+    private func onlyItsBodyFinishes(_ operation: Operation) -> Bool {
+        guard !(operation is AsyncOperation) else { return false }
+        return operation.loadState().isBaseExecuting || origin.startingBody == ObjectIdentifier(operation)
     }
 
     // MARK: Building the graph
@@ -166,7 +172,7 @@ struct WaitAnalysis {
             // else may finish it: an `AsyncOperation`'s `finish()`, or a
             // class's own `start()` (never base-executing), may come from any
             // thread, as in Foundation.
-            return Node(fixed: Self.onlyItsBodyFinishes(operation) ? true : false)
+            return Node(fixed: onlyItsBodyFinishes(operation) ? true : false)
         }
         if let runner = blockedRunner[ObjectIdentifier(operation)] {
             metWaits.append((.operation(ObjectIdentifier(operation)), ObjectIdentifier(runner)))

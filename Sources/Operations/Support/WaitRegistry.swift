@@ -60,10 +60,20 @@ final class WaitRegistry: @unchecked Sendable {
         // are alive while the wait lasts (they are running on the waiter).
         let running: [Operation]
         let target: Target
+        /// The operation whose base `start()` the waiting thread is
+        /// announcing to its `.prior` `isExecuting` observers, for its
+        /// queue: its body runs on this thread next, and nothing else can
+        /// start or finish it (`ThreadContext.announcedBaseStart`).
+        let startingBody: ObjectIdentifier?
 
+        /// A wait made on the calling thread (which it reads for
+        /// `startingBody`).
         init(running: [Operation], target: Target) {
             self.running = running
             self.target = target
+            startingBody = ThreadContext.withCurrent { context in
+                context.announcedBaseStart.map { ObjectIdentifier($0.takeUnretainedValue()) }
+            }
         }
     }
 

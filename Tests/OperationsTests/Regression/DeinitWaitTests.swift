@@ -113,37 +113,73 @@ struct DeinitWaitTests {
         }
         expectQueueInvariants(queue)
     }
+}
 
-    /// The operation given back is started once, and the queue's events
-    /// say so once.
-    @Test("an operation given back to its queue is started, and announced started, once")
-    func givenBackOperationStartsOnce() {
-        let queue = makeQueue("deinit-wait-events", width: 1)
-        let starts = Counter()
-        let started = Recorder<String>()
-        let collected = Gate()
-        let events = queue.events
-        let consumer = Task {
-            for await event in events {
-                if case .started(let operation) = event { started.record(operation.name ?? "?") }
-                if case .drained = event { break }
-            }
-            collected.open()
+@Suite("Giving back taken operations (scheduling state)")
+struct GiveBackStateTests {
+    /// A serial queue's state: the operation given back frees its slot,
+    /// starts next again (before the later ones), and is flagged so that
+    /// its `.started` event is not sent twice.
+    @Test("an operation given back frees its slot and starts next, in add order")
+    func givenBackStartsNextInOrder() {
+        var state = QueueState()
+        defer { state.releaseStorage() }
+        state.width = 1
+        let operations = (0..<4).map { _ in BlockOperation {} }
+        for operation in operations {
+            state.link(operation, barrier: false, customReadiness: false, customStart: false)
+            state.apply(operation, ready: true, cancelled: false)
         }
-        func add() {
-            let next = BlockOperation { _ = starts.increment() }
-            next.name = "next"
-            let first = WaitsWhenReleased { [weak next] in _ = next?.waitUntilFinished(timeout: patience) }
-            first.name = "first"
-            queue.addOperations([first, next], waitUntilFinished: false)
+        let first = state.popNext()?.takeUnretainedValue()
+        #expect(first === operations[0])
+        if let first, let owned = state.unlink(first, retirementPending: false) { owned.release() }
+        let taken = state.popNext()?.takeUnretainedValue()
+        #expect(taken === operations[1])
+        #expect(state.popNext() == nil, "width 1: the slot is taken")
+        if let taken { state.giveBack(taken) }
+        #expect(state.checkInvariants() == nil)
+        #expect(state.usedSlots == 0)
+        #expect(operations[1].queueLink.has(QueueLink.Flags.givenBack))
+        #expect(!operations[2].queueLink.has(QueueLink.Flags.givenBack))
+        var order: [Operation] = []
+        while let popped = state.popNext() {
+            let next = popped.takeUnretainedValue()
+            order.append(next)
+            if let owned = state.unlink(next, retirementPending: false) { owned.release() }
         }
-        add()
-        #expect(queue.waitUntilAllOperationsAreFinished(timeout: patience))
-        // The consumer needs a thread of Swift's cooperative pool, which the
-        // suite's blocking tests can hold for seconds: a longer bound.
-        #expect(collected.wait(timeout: .seconds(60)), "the queue's events end with `drained`")
-        consumer.cancel()
-        #expect(started.events == ["first", "next"])
-        #expect(starts.count == 1)
+        #expect(order.map { operation in operations.firstIndex { $0 === operation } ?? -1 } == [1, 2, 3])
+        #expect(state.checkInvariants() == nil)
+    }
+
+    /// Cancelled operations taken as one batch go back to the cancelled
+    /// lane, in order, and hold no slot.
+    @Test("cancelled operations given back return to the cancelled lane in order")
+    func givenBackCancelledBatch() {
+        var state = QueueState()
+        defer { state.releaseStorage() }
+        let operations = (0..<3).map { _ in BlockOperation {} }
+        for operation in operations {
+            operation.cancel()
+            state.link(operation, barrier: false, customReadiness: false, customStart: false)
+            state.apply(operation, ready: true, cancelled: true)
+        }
+        var batch: [Operation] = []
+        guard let head = state.popNext()?.takeUnretainedValue() else {
+            Issue.record("nothing to pop")
+            return
+        }
+        state.popCancelled(upTo: 63, into: &batch)
+        #expect(batch.count == 2)
+        state.giveBack(head)
+        for operation in batch { state.giveBack(operation) }
+        #expect(state.checkInvariants() == nil)
+        #expect(state.count(ofLane: QueueState.cancelledLane) == 3)
+        var order: [Operation] = []
+        while let popped = state.popNext() {
+            let next = popped.takeUnretainedValue()
+            order.append(next)
+            if let owned = state.unlink(next, retirementPending: false) { owned.release() }
+        }
+        #expect(order.map { operation in operations.firstIndex { $0 === operation } ?? -1 } == [0, 1, 2])
     }
 }

@@ -109,6 +109,43 @@ func scenarioWaitForQueueFromExecutingObserver() {
     withExtendedLifetime(token) {}
 }
 
+/// What a `.prior` `isExecuting` observer of a queued operation waits for.
+enum PriorExecutingWait: String, Sendable {
+    case itself, itsQueue, nextOnSerialQueue
+}
+
+/// A `.prior` `isExecuting` observer of an operation its queue starts waits
+/// for the operation, its queue, or the next operation of a serial queue.
+/// The observer runs on the thread that runs the body next, before the
+/// body: the wait can never end (Darwin deadlocks). Probe 55: the wait was
+/// never confirmed, and hung without a report; now it is reported (at once,
+/// or after the confirmation delay for the next operation), and the queue
+/// drains.
+func scenarioPriorExecutingObserverWaits(_ kind: PriorExecutingWait) {
+    let misuses = installChildMisuseRecorder()
+    let queue = OperationQueue()
+    queue.name = "prior-executing-\(kind.rawValue)"
+    if kind == .nextOnSerialQueue { queue.maxConcurrentOperationCount = 1 }
+    let op = BlockOperation {}
+    let next = BlockOperation {}
+    let returned = Gate()
+    let token = op.observe(\.isExecuting, options: [.prior]) { op, change in
+        guard change.isPrior, !returned.opened else { return }
+        switch kind {
+        case .itself: op.waitUntilFinished()
+        case .itsQueue: queue.waitUntilAllOperationsAreFinished()
+        case .nextOnSerialQueue: next.waitUntilFinished()
+        }
+        returned.open()
+    }
+    queue.addOperations([op, next], waitUntilFinished: false)
+    #expect(returned.wait(), "a .prior isExecuting observer's wait hangs")
+    #expect(queue.waitUntilAllOperationsAreFinished(timeout: patience))
+    #expect(op.isFinished && next.isFinished)
+    #expect(misuses.events.map(\.code) == [.waitDeadlock], "\(describeMisuses(misuses.events))")
+    withExtendedLifetime(token) {}
+}
+
 /// A timed wait whose timeout is too large for a deadline is an untimed
 /// wait: a body waiting so for its own operation, or for its own queue, is
 /// reported and returns false, rather than hanging without a word.
@@ -155,6 +192,21 @@ struct ObserverWaitRegressionTests {
     @Test("defect 9: waiting for the queue from an isExecuting observer is reported as .waitDeadlock, not a hang")
     func executingObserverWaitsForQueue() async {
         await #expect(processExitsWith: .success) { scenarioWaitForQueueFromExecutingObserver() }
+    }
+
+    @Test("a .prior isExecuting observer of a queued operation waiting for it is reported as .waitDeadlock, not a hang")
+    func priorExecutingObserverWaitsForItself() async {
+        await #expect(processExitsWith: .success) { scenarioPriorExecutingObserverWaits(.itself) }
+    }
+
+    @Test("a .prior isExecuting observer of a queued operation waiting for its queue is reported as .waitDeadlock, not a hang")
+    func priorExecutingObserverWaitsForQueue() async {
+        await #expect(processExitsWith: .success) { scenarioPriorExecutingObserverWaits(.itsQueue) }
+    }
+
+    @Test("a .prior isExecuting observer waiting for the next operation of its serial queue is reported as .waitDeadlock, not a hang")
+    func priorExecutingObserverWaitsForNext() async {
+        await #expect(processExitsWith: .success) { scenarioPriorExecutingObserverWaits(.nextOnSerialQueue) }
     }
 
     @Test("a timeout too large for a deadline waits, and is checked, like an untimed wait: a self-wait is reported and returns false")
