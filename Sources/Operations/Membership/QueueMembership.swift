@@ -143,15 +143,25 @@ struct PendingAdmission {
     /// Unretained: the announcing frame holds both until it pops the entry.
     let operation: Unmanaged<Operation>
     let queue: Unmanaged<OperationQueue>
+    /// The dependency whose finish made the operation ready, if that is
+    /// how it became ready: it may still hold a slot of its own queue,
+    /// which it gives up only once its finish has been handled, after the
+    /// observers have returned.
+    let finished: Unmanaged<Operation>?
     var isAdmitted = false
 
     /// Runs `announce` (the observers' notification) with `operation`
-    /// recorded as pending admission to `queue`; just runs it when the
-    /// operation is in no queue.
-    static func whileAnnouncing(_ operation: Operation, readyIn queue: OperationQueue?, _ announce: () -> Void) {
+    /// recorded as pending admission to `queue`, made ready by the finish
+    /// of `finished` (if so); just runs it when the operation is in no
+    /// queue.
+    static func whileAnnouncing(_ operation: Operation, readyIn queue: OperationQueue?, after finished: Operation? = nil, _ announce: () -> Void) {
         guard let queue else { return announce() }
         ThreadContext.withCurrent {
-            $0.pendingAdmissions.append(PendingAdmission(operation: .passUnretained(operation), queue: .passUnretained(queue)))
+            $0.pendingAdmissions.append(PendingAdmission(
+                operation: .passUnretained(operation),
+                queue: .passUnretained(queue),
+                finished: finished.map { .passUnretained($0) }
+            ))
         }
         announce()
         ThreadContext.withCurrent { _ = $0.pendingAdmissions.popLast() }
@@ -171,6 +181,12 @@ struct PendingAdmission {
         for entry in due {
             entry.queue._withUnsafeGuaranteedRef { queue in
                 entry.operation._withUnsafeGuaranteedRef { queue.memberReadinessMayHaveChanged($0) }
+            }
+            // The finished dependency gives up its slot now: at width 1 it
+            // may be the one the operation needs (probe 55: the wait never
+            // ended).
+            entry.finished?._withUnsafeGuaranteedRef { finished in
+                finished.owningQueueForAnalysis()?.releaseSlotEarly(of: finished)
             }
         }
     }

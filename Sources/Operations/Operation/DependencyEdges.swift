@@ -424,7 +424,7 @@ extension Operation {
             case .readyInCallerQueue: callerQueue
             case .none, .dependentFinished: nil
             }
-            PendingAdmission.whileAnnouncing(self, readyIn: pendingIn) { notifyDidChange(["isReady"]) }
+            PendingAdmission.whileAnnouncing(self, readyIn: pendingIn, after: dependency) { notifyDidChange(["isReady"]) }
         } else if becameReady, loadState().isObserved {
             // Another dependency finished between the snapshot above and the
             // lock, so the snapshot did not predict the change: announce it

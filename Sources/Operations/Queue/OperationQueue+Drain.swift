@@ -414,6 +414,20 @@ extension OperationQueue {
         effects.perform(on: self)
     }
 
+    /// Frees the slot of the finished `operation` before its retirement
+    /// (see `QueueState.releaseSlotEarly(of:)`), if it still holds it, and
+    /// lets the queue start what the slot allows.
+    final func releaseSlotEarly(of operation: Operation) {
+        lock.lock()
+        guard state.releaseSlotEarly(of: operation) else {
+            lock.unlock()
+            return
+        }
+        let effects = takeEffectsLocked()
+        lock.unlock()
+        effects.perform(on: self)
+    }
+
     /// The calling thread is about to block in one of the library's waits.
     /// The wait may be for work that needs what this thread holds:
     /// - if the thread runs a drain loop of a queue that holds further

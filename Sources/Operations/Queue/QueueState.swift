@@ -251,6 +251,19 @@ struct QueueState {
         return true
     }
 
+    /// A finished operation that its drain loop has not retired yet gives
+    /// up its slot early, once: a thread telling the `isReady` observers of
+    /// a dependent it made ready is about to block in a wait, which may
+    /// need the slot (`PendingAdmission`). Its retirement then frees
+    /// nothing, and keeps no slot. Returns whether a slot was freed.
+    mutating func releaseSlotEarly(of operation: Operation) -> Bool {
+        let flags = operation.queueLink.flags
+        guard flags & QueueLink.Flags.linked != 0, flags & QueueLink.Flags.holdsSlot != 0 else { return false }
+        operation.queueLink.flags = flags & ~QueueLink.Flags.holdsSlot
+        executing -= 1
+        return true
+    }
+
     /// Slots in use: by dispatched operations, and kept by finished ones
     /// whose observers are being told.
     var usedSlots: Int { executing + keptSlots }

@@ -322,6 +322,10 @@ struct ReadyObserverWaitTests {
         case dependencyOnAnotherQueue
         /// Its dependency ran on its own queue, of the default width.
         case dependencyOnItsQueue
+        /// Its dependency ran on its own queue, of width 1: the dependency
+        /// holds the only slot until its finish has been handled, after
+        /// the observers (timed out before its own fix).
+        case dependencyOnItsSerialQueue
         /// Its only dependency was removed, from a thread of the test's.
         case dependencyRemoved
         /// Its dependency, in no queue, was started by hand.
@@ -335,8 +339,9 @@ struct ReadyObserverWaitTests {
     /// A library wait made there now tells the queue first.
     @Test("the wait returns once the operation ran", arguments: BecameReady.allCases)
     func observerWaitsForItsOperation(_ how: BecameReady) {
-        let first = makeQueue("ready-observer-dependency")
-        let queue = how == .dependencyOnItsQueue ? first : makeQueue("ready-observer-waits")
+        let first = makeQueue("ready-observer-dependency", width: how == .dependencyOnItsSerialQueue ? 1 : -1)
+        let sameQueue = how == .dependencyOnItsQueue || how == .dependencyOnItsSerialQueue
+        let queue = sameQueue ? first : makeQueue("ready-observer-waits")
         let dependency = BlockOperation {}
         let operation = BlockOperation {}
         operation.addDependency(dependency)
@@ -347,7 +352,7 @@ struct ReadyObserverWaitTests {
         }
         queue.addOperation(operation)
         switch how {
-        case .dependencyOnAnotherQueue, .dependencyOnItsQueue:
+        case .dependencyOnAnotherQueue, .dependencyOnItsQueue, .dependencyOnItsSerialQueue:
             first.addOperation(dependency)
         case .dependencyRemoved:
             spawnThread { operation.removeDependency(dependency) }
@@ -357,6 +362,7 @@ struct ReadyObserverWaitTests {
         #expect(queue.waitUntilAllOperationsAreFinished(timeout: patience * 2))
         #expect(waitUntil { !waited.events.isEmpty })
         #expect(waited.events == [true])
+        expectQueueInvariants(queue)
         withExtendedLifetime(token) {}
     }
 }
