@@ -36,7 +36,13 @@ extension OperationQueue {
         unowned(unsafe) let context = ThreadContext.current
         let savedQueue = context.queueReference
         context.queueReference = Unmanaged.passUnretained(self)
-        defer { context.queueReference = savedQueue }
+        // The queue of what this loop claims (see `DrainClaim`).
+        let savedClaimQueue = context.drainClaimQueue
+        context.drainClaimQueue = Unmanaged.passUnretained(self)
+        defer {
+            context.queueReference = savedQueue
+            context.drainClaimQueue = savedClaimQueue
+        }
         let pool = WorkerPool.shared
         let isObserved = observed.load(ordering: .relaxed)
         // The plan of the operation the loop started, if it finished
@@ -161,10 +167,10 @@ extension OperationQueue {
             // What the loop took to start next is claimed while it lets go
             // of the operations it retired: a `deinit` that runs here may
             // wait for it (`DrainClaim`).
-            let claims = hadFinishes && next != nil
-            if claims, let next {
-                context.drainClaim = DrainClaim(queue: Unmanaged.passUnretained(self), next: next, cancelled: [])
-                if !cancelledBatch.isEmpty { swap(&context.drainClaim!.cancelled, &cancelledBatch) }
+            let claimsCancelled = hadFinishes && !cancelledBatch.isEmpty
+            if hadFinishes {
+                context.drainClaim = next
+                if claimsCancelled { Self.moveCancelled(from: &cancelledBatch, to: context) }
             }
             if !released.isEmpty {
                 for reference in released { reference.release() }
@@ -230,9 +236,12 @@ extension OperationQueue {
                 }
             }
             var givenBack = false
-            if claims, var claim = context.drainClaim.take() {
-                givenBack = claim.isGivenBack
-                if !claim.cancelled.isEmpty { swap(&claim.cancelled, &cancelledBatch) }
+            if hadFinishes {
+                givenBack = context.drainClaimGivenBack
+                if givenBack { context.drainClaimGivenBack = false }
+                context.drainClaim = nil
+                // Emptied by the give-back, if there was one.
+                if claimsCancelled { Self.moveCancelled(from: context, to: &cancelledBatch) }
             }
             effects.perform(on: self)
             // Emptied now: left as is, its references (a drain executor,
@@ -319,6 +328,19 @@ extension OperationQueue {
             lock.unlock()
             effects.perform(on: self)
         }
+    }
+
+    /// Moves the loop's batch of cancelled operations into the drain claim
+    /// (see `DrainClaim`). Out of line: the common step has none.
+    @inline(never)
+    private static func moveCancelled(from batch: inout [Operation], to context: ThreadContext) {
+        swap(&context.drainClaimCancelled, &batch)
+    }
+
+    /// Moves them back (emptied if they were given back).
+    @inline(never)
+    private static func moveCancelled(from context: ThreadContext, to batch: inout [Operation]) {
+        swap(&context.drainClaimCancelled, &batch)
     }
 
     /// Removes a finished operation from the queue, under the lock: returns
@@ -441,10 +463,11 @@ extension OperationQueue {
         PendingAdmission.admitAll(context)
         // Operations a drain loop on this thread took and has not started:
         // the wait may be for them (`DrainClaim`).
-        if let claim = context.drainClaim, !claim.isGivenBack {
-            context.drainClaim!.isGivenBack = true
-            context.drainClaim!.cancelled = []
-            claim.queue._withUnsafeGuaranteedRef { $0.giveBack(claim) }
+        if let next = context.drainClaim, let queue = context.drainClaimQueue, !context.drainClaimGivenBack {
+            context.drainClaimGivenBack = true
+            var cancelled: [Operation] = []
+            swap(&cancelled, &context.drainClaimCancelled)
+            queue._withUnsafeGuaranteedRef { $0.giveBack(next, cancelled: cancelled) }
         }
         if let queue = context.queueReference {
             // The frame that set the reference (a drain loop) holds the queue.
@@ -538,37 +561,34 @@ extension OperationQueue {
     }
 }
 
-/// Operations a drain loop has taken from its queue to start next, while
-/// it completes the operations it just retired. Completing one lets go of
-/// the loop's reference to it, which may be the last: its `deinit` (or that
-/// of an object it owns, such as its result) then runs on the loop's
-/// thread, and may wait for the very operation the loop took, or for the
-/// queue (probe 55). A library wait made there gives the operations back to
-/// the queue first (`OperationQueue.threadWillBlock`), so that another loop
-/// starts them; the loop then starts nothing and picks again.
+/// The drain claim: what a drain loop has taken from its queue to start
+/// next, while it completes the operations it just retired. Completing one
+/// lets go of the loop's reference to it, which may be the last: its
+/// `deinit` (or that of an object it owns, such as its result) then runs on
+/// the loop's thread, and may wait for the very operation the loop took, or
+/// for the queue (probe 55). A library wait made there gives the operations
+/// back to the queue first (`OperationQueue.threadWillBlock`), so that
+/// another loop starts them; the loop then starts nothing and picks again.
 ///
-/// Set in the thread's context only while the loop completes operations
-/// (`ThreadContext.drainClaim`). Unretained: the loop holds `next` (its own
-/// retain, taken under the lock) and the queue (its frame runs on it).
-struct DrainClaim {
-    let queue: Unmanaged<OperationQueue>
-    let next: Unmanaged<Operation>
-    /// The cancelled operations taken with `next`, moved here from the loop
-    /// while the claim is set (empty in the common case).
-    var cancelled: [Operation]
-    /// Given back to the queue: the loop starts none of them.
-    var isGivenBack = false
-}
+/// Kept in the thread's context, in trivial fields so that setting and
+/// clearing it on every step costs a few stores: `ThreadContext.drainClaim`
+/// (the operation taken; set only while the loop completes operations),
+/// `drainClaimCancelled` (cancelled operations taken with it, moved there
+/// meanwhile), `drainClaimQueue` (set while the loop runs) and
+/// `drainClaimGivenBack`. Unretained: the loop holds the operation taken
+/// (its own retain, taken under the lock) and the queue (its frame runs on
+/// it).
+enum DrainClaim {}
 
 extension OperationQueue {
     /// Gives back what a drain loop took and has not started (see
     /// `DrainClaim`), because its thread is about to block: the operations
     /// go back to their lanes, their slots are free, and loops are added
     /// freely, so that one is posted now for them.
-    final func giveBack(_ claim: borrowing DrainClaim) {
+    final func giveBack(_ next: Unmanaged<Operation>, cancelled: [Operation]) {
         lock.lock()
-        claim.next._withUnsafeGuaranteedRef { state.giveBack($0) }
-        for operation in claim.cancelled { state.giveBack(operation) }
+        next._withUnsafeGuaranteedRef { state.giveBack($0) }
+        for operation in cancelled { state.giveBack(operation) }
         _ = state.drainLoopWillBlock()
         let effects = takeEffectsLocked()
         lock.unlock()

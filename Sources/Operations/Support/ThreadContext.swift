@@ -68,8 +68,15 @@ final class ThreadContext {
 
     /// What a drain loop on this thread took from its queue and has not
     /// started yet, while the operations it let go of may run their
-    /// `deinit` here (see `DrainClaim`); nil otherwise.
-    @exclusivity(unchecked) var drainClaim: DrainClaim?
+    /// `deinit` here; nil otherwise (see `DrainClaim`).
+    @exclusivity(unchecked) var drainClaim: Unmanaged<Operation>?
+    /// The queue of the drain loop this thread runs, if any.
+    @exclusivity(unchecked) var drainClaimQueue: Unmanaged<OperationQueue>?
+    /// The cancelled operations taken with the claim's operation (empty
+    /// unless a drain loop's claim is set and it took some).
+    @exclusivity(unchecked) var drainClaimCancelled: [Operation] = []
+    /// The claim was given back to its queue: the loop starts none of it.
+    @exclusivity(unchecked) var drainClaimGivenBack = false
 
     /// The operation whose base `start()`, called by its queue, this thread
     /// is announcing to `.prior` `isExecuting` observers: its body runs
