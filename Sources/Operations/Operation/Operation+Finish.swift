@@ -454,7 +454,18 @@ struct FinishPlan: ~Copyable {
             }
         }
         let waiters = operation.retire()
-        _ = consume self
+        if settle, let owner {
+            // Letting go of the operation may run its `deinit` here, which
+            // may wait for its queue: this retirement, settled only below,
+            // must not keep that wait waiting (`waitUntilIdle`).
+            let context = ThreadContext.current
+            let saved = context.releasingRetirementOf
+            context.releasingRetirementOf = owner
+            _ = consume self
+            context.releasingRetirementOf = saved
+        } else {
+            _ = consume self
+        }
         for wake in waiters { wake() }
         if settle, let owner {
             owner._withUnsafeGuaranteedRef { $0.memberRetired() }

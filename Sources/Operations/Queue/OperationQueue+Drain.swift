@@ -105,6 +105,7 @@ extension OperationQueue {
             if owedRetirements > 0 {
                 state.retirementDone(owedRetirements)
                 owedRetirements = 0
+                context.drainOwedRetirements = 0
             }
             // The queue's own observers (`operationCount`, `operations`) hear
             // of these finishes on this thread: user code too, which may wait
@@ -189,13 +190,13 @@ extension OperationQueue {
                     if plan.hasUserTail {
                         own = consume plan
                     } else {
-                        if plan.countsRetirement { owedRetirements += 1 }
+                        if plan.countsRetirement { owe(&owedRetirements, context) }
                         plan.complete(settle: false)
                     }
                 }
                 batch.takeAll { plan in
                     if !plan.hasUserTail {
-                        if plan.countsRetirement { owedRetirements += 1 }
+                        if plan.countsRetirement { owe(&owedRetirements, context) }
                         plan.complete(settle: false)
                     } else if own == nil {
                         own = consume plan
@@ -229,7 +230,7 @@ extension OperationQueue {
                         plan.announce()
                         releaseKeptSlot(of: plan.operation)
                     }
-                    owedRetirements += 1
+                    owe(&owedRetirements, context)
                     // Moved, not copied: the plan holds the loop's only
                     // reference when it wakes the operation's waiters.
                     plan.complete(settle: false)
@@ -322,12 +323,23 @@ extension OperationQueue {
             }
         }
         if owedRetirements > 0 {
+            context.drainOwedRetirements = 0
             lock.lock()
             state.retirementDone(owedRetirements)
             let effects = takeEffectsLocked()
             lock.unlock()
             effects.perform(on: self)
         }
+    }
+
+    /// Counts one more retirement the loop owes, also in the thread's
+    /// context, before the plan that counts it lets go of its operation: a
+    /// wait for this queue from the operation's `deinit` must not wait for
+    /// them (`waitUntilIdle`).
+    @inline(__always)
+    private func owe(_ owed: inout Int, _ context: ThreadContext) {
+        owed += 1
+        context.drainOwedRetirements = owed
     }
 
     /// Moves the loop's batch of cancelled operations into the drain claim

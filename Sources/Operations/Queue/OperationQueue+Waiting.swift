@@ -44,16 +44,15 @@ extension OperationQueue {
             // From the observers of one of its own finished operations, as
             // below: that retirement must not keep the wait waiting for
             // itself (probe 53: it hung silently on `main` only).
-            let stepsAside = isRetiring(context.runningOperations)
-            if stepsAside { lock.withLock { state.retirementStepsAside(true) } }
+            let stepsAside = retirementsSteppingAside(context)
+            if stepsAside > 0 { lock.withLock { state.retirementStepsAside(true, count: stepsAside) } }
             let idle = runOnCallingThread(until: { [unowned self] in self.lock.withLock { self.state.isIdle } }, deadline: deadline) {
                 .queue(self, "waitUntilAllOperationsAreFinished on:")
             }
-            if stepsAside { stopSteppingAside() }
+            if stepsAside > 0 { stopSteppingAside(stepsAside) }
             return idle
         }
         if let deadline, deadline.hasPassed() { return lock.withLock { state.isIdle } }
-        let running = context.runningOperations
         // As for an operation's wait: only an unbounded wait is checked and
         // registered.
         let record = deadline == nil ? WaitRegistry.Record(running: context.runningOperationsIncludingTask, target: .queue(self)) : nil
@@ -66,10 +65,10 @@ extension OperationQueue {
         // Inside the retirement of one of this queue's operations (its
         // observers): that retirement must not keep this wait waiting for
         // itself.
-        let stepsAside = isRetiring(running)
+        let stepsAside = retirementsSteppingAside(context)
         let signal = WaitSignal()
         let key = lock.withLock { () -> Int? in
-            if stepsAside { state.retirementStepsAside(true) }
+            if stepsAside > 0 { state.retirementStepsAside(true, count: stepsAside) }
             if state.isIdle { return nil }
             return drainWaiters.add { signal.signal() }
         }
@@ -90,25 +89,34 @@ extension OperationQueue {
             }
             if !idle, case .neverEnds(let reason) = outcome { neverEnds = reason }
         }
-        if stepsAside { stopSteppingAside() }
+        if stepsAside > 0 { stopSteppingAside(stepsAside) }
         if let neverEnds {
             reportWaitThatNeverEnds(neverEnds)
         }
         return idle
     }
 
-    /// Whether one of `running` (the operations the calling thread is
-    /// inside) is a finished operation of this queue: the thread is telling
-    /// its observers, inside its retirement.
-    private func isRetiring(_ running: [Operation]) -> Bool {
-        running.contains { $0.loadState().isFinished && $0.belongs(to: self) }
+    /// The retirements of this queue that the calling thread is inside,
+    /// which must not keep its wait for the queue waiting for themselves:
+    /// - one if an operation it runs is a finished operation of this queue
+    ///   (it is telling that operation's observers);
+    /// - those its drain loop completed but has not settled yet (the wait
+    ///   comes from the `deinit` of an operation the loop let go of);
+    /// - one if it is letting go of an operation of this queue whose
+    ///   retirement it settles right after (a `deinit` again).
+    private func retirementsSteppingAside(_ context: ThreadContext) -> Int {
+        let identity = Unmanaged.passUnretained(self).toOpaque()
+        var count = context.runningOperations.contains { $0.loadState().isFinished && $0.belongs(to: self) } ? 1 : 0
+        if context.drainClaimQueue?.toOpaque() == identity { count += context.drainOwedRetirements }
+        if context.releasingRetirementOf?.toOpaque() == identity { count += 1 }
+        return count
     }
 
-    /// Counts the retirement that stepped aside for a wait again, once the
-    /// wait has ended.
-    private func stopSteppingAside() {
+    /// Counts the `count` retirements that stepped aside for a wait again,
+    /// once the wait has ended.
+    private func stopSteppingAside(_ count: Int) {
         let effects = lock.withLock { () -> QueueEffects in
-            state.retirementStepsAside(false)
+            state.retirementStepsAside(false, count: count)
             return takeEffectsLocked()
         }
         effects.perform(on: self)
@@ -150,7 +158,9 @@ extension OperationQueue {
             if let next {
                 state.drainerStarted()
                 state.drainerBusy(true)
-                emitLocked(.started(next))
+                // Sent once: not again for an operation a drain loop gave
+                // back (`DrainClaim`).
+                if !next.queueLink.has(QueueLink.Flags.givenBack) { emitLocked(.started(next)) }
                 if TraceRecorder.isActive { TraceRecorder.shared.record(.started, next, queue: self) }
             } else {
                 changeWaiters.append(signal)

@@ -273,11 +273,11 @@ struct QueueState {
         retiring -= count
     }
 
-    /// A thread that is inside one of this queue's retirements waits for the
-    /// queue: its own retirement must not keep it waiting (`stepAside`
-    /// true), and counts again when the wait ends (false).
-    mutating func retirementStepsAside(_ stepAside: Bool) {
-        retiring += stepAside ? -1 : 1
+    /// A thread that is inside `count` of this queue's retirements waits
+    /// for the queue: its own retirements must not keep it waiting
+    /// (`stepAside` true), and count again when the wait ends (false).
+    mutating func retirementStepsAside(_ stepAside: Bool, count: Int = 1) {
+        retiring += stepAside ? -count : count
     }
 
     // MARK: Readiness

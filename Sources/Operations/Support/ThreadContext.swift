@@ -78,6 +78,15 @@ final class ThreadContext {
     /// The claim was given back to its queue: the loop starts none of it.
     @exclusivity(unchecked) var drainClaimGivenBack = false
 
+    /// Retirements of `drainClaimQueue` that the drain loop on this thread
+    /// has completed (or is completing: letting go of the operation, whose
+    /// `deinit` may run here) but not yet settled under the queue's lock.
+    @exclusivity(unchecked) var drainOwedRetirements = 0
+    /// The queue whose counted retirement this thread is completing outside
+    /// a drain loop, while it lets go of the operation (its `deinit` may
+    /// run here); settled right after.
+    @exclusivity(unchecked) var releasingRetirementOf: Unmanaged<OperationQueue>?
+
     /// The operation whose base `start()`, called by its queue, this thread
     /// is announcing to `.prior` `isExecuting` observers: its body runs
     /// here next, whatever they do. Unretained: the starting frame holds

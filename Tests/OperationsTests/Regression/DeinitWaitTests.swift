@@ -115,6 +115,88 @@ struct DeinitWaitTests {
     }
 }
 
+/// An asynchronous operation that another thread finishes, holding it
+/// weakly: the finishing thread lets go of it last. Its `deinit` runs
+/// `onDeinit`.
+private final class FinishedElsewhere: AsyncOperation, @unchecked Sendable {
+    // @unchecked Sendable: `onDeinit` is set once, in `init`.
+    private let onDeinit: @Sendable () -> Void
+
+    init(onDeinit: @escaping @Sendable () -> Void) {
+        self.onDeinit = onDeinit
+        super.init()
+    }
+
+    override func execute() {
+        spawnThread { [weak self] in self?.finish() }
+    }
+
+    deinit { onDeinit() }
+}
+
+@Suite("An operation's deinit may wait for its own queue (regression)")
+struct DeinitQueueWaitTests {
+    enum Shape: String, CaseIterable, CustomTestStringConvertible {
+        /// The queue's only operation, with an instrument installed (its
+        /// retirement is then counted until the drain loop settles it).
+        case instrumentedOnly
+        /// With an instrument installed, on a queue of the default width
+        /// running another operation.
+        case instrumentedWithAnother
+        /// An asynchronous operation finished by another thread, which
+        /// settles its retirement only after letting go of it.
+        case finishedElsewhere
+        /// The result of an `async` body.
+        case asyncResult
+        /// An operation with an `isFinished` observer, on a serial queue
+        /// (probe 56: its retirement counted until the drain loop settled
+        /// it, after the observers and the release).
+        case observed
+
+        var testDescription: String { rawValue }
+    }
+
+    /// The retirement of the operation being deallocated was still counted
+    /// while its `deinit` ran, so a wait there for the queue waited for
+    /// itself: it timed out in every case before the fix (found in review
+    /// of the probe 55 fix). The wait now returns once the queue's other
+    /// work is done, as a wait from the operation's own `isFinished`
+    /// observer does.
+    @Test("a wait for the queue from the deinit of an operation only the queue held returns", arguments: Shape.allCases)
+    func deinitWaitsForItsQueue(shape: Shape) {
+        let instrumented = shape == .instrumentedOnly || shape == .instrumentedWithAnother
+        let instrument = instrumented ? OperationInstrumentation.addInstrument { _ in } : nil
+        defer { instrument?.cancel() }
+        let queue = makeQueue("deinit-queue-wait-\(shape)")
+        let waitReturned = Box<Bool?>(nil)
+        let tokens = Box<[KeyValueObservation]>([])
+        func add() {
+            let wait: @Sendable () -> Void = { waitReturned.value = queue.waitUntilAllOperationsAreFinished(timeout: patience) }
+            let released: Operation
+            switch shape {
+            case .finishedElsewhere: released = FinishedElsewhere(onDeinit: wait)
+            case .asyncResult:
+                let result = ReleasedResult(wait)
+                released = ResultOperation { () async -> ReleasedResult in result }
+            case .instrumentedOnly, .instrumentedWithAnother, .observed: released = WaitsWhenReleased(onDeinit: wait)
+            }
+            if shape == .observed {
+                queue.maxConcurrentOperationCount = 1
+                tokens.value = [released.observe(\.isFinished, options: [.new]) { _, _ in }]
+            }
+            var added = [released]
+            if shape == .instrumentedWithAnother { added.append(BlockOperation {}) }
+            queue.addOperations(added, waitUntilFinished: false)
+        }
+        add()
+        #expect(queue.waitUntilAllOperationsAreFinished(timeout: patience * 2), "the queue drains")
+        #expect(waitUntil { waitReturned.value != nil }, "the deinit ran and its wait ended")
+        #expect(waitReturned.value == true, "the deinit's wait returned before its bound")
+        expectQueueInvariants(queue)
+        withExtendedLifetime(tokens) {}
+    }
+}
+
 @Suite("Giving back taken operations (scheduling state)")
 struct GiveBackStateTests {
     /// A serial queue's state: the operation given back frees its slot,
