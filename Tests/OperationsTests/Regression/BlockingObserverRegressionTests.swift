@@ -299,8 +299,11 @@ struct QueueObserverWaitTests {
         let ownToken = finishedIsObserved ? a.observe(\.isFinished) { _, _ in } : nil
         let armed = Box(false)
         let waited = Recorder<Bool>()
-        let token = queue.observe(\.operationCount, options: [.new]) { [weak b] _, change in
-            guard armed.value, change.newValue == 1, waited.events.isEmpty, let b else { return }
+        // Told of 1 (b waits), or, when a loop the watcher added ran b
+        // before this thread told the observers (seen under
+        // ThreadSanitizer), of 0: the wait then returns at once.
+        let token = queue.observe(\.operationCount, options: [.new]) { _, change in
+            guard armed.value, let count = change.newValue, count <= 1, waited.events.isEmpty else { return }
             waited.record(b.waitUntilFinished(timeout: patience))
         }
         queue.addOperations([a, b], waitUntilFinished: false)
@@ -310,7 +313,7 @@ struct QueueObserverWaitTests {
         // The observer records once its wait returns, which may be just
         // after the queue drained.
         #expect(waitUntil { !waited.events.isEmpty })
-        #expect(waited.events == [true])
+        #expect(!waited.events.isEmpty && waited.events.allSatisfy { $0 }, "\(waited.events)")
         withExtendedLifetime((token, ownToken)) {}
     }
 }
