@@ -110,7 +110,18 @@ extension OperationQueue {
         // The caller still holds the operation: this drops only the list's
         // reference.
         released?.release()
-        if isObserved { notifyDidChange(Self.contentKeys) }
+        if isObserved {
+            // Inside the finished operation's retirement, as a drain loop
+            // tells them: a wait there for the operation returns at once,
+            // and one for the queue leaves its retirement out (probe 57:
+            // the wait for an `AsyncOperation` that had just left never
+            // ended).
+            ThreadContext.withCurrent { context in
+                let saved = context.enter(operation, queue: Unmanaged.passUnretained(self))
+                notifyDidChange(Self.contentKeys)
+                context.leave(restoring: saved)
+            }
+        }
         effects.perform(on: self)
         return keeps
     }

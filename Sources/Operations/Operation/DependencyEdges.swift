@@ -424,7 +424,16 @@ extension Operation {
             case .readyInCallerQueue: callerQueue
             case .none, .dependentFinished: nil
             }
-            PendingAdmission.whileAnnouncing(self, readyIn: pendingIn, after: dependency) { notifyDidChange(["isReady"]) }
+            // Told inside the finish of `dependency`, which this thread
+            // runs: a wait there for it returns at once, as from its own
+            // observers, since its `isFinished` already reads true (probe
+            // 57: the wait was for its retirement, which only this thread
+            // could complete, after the observers).
+            ThreadContext.withCurrent { context in
+                let saved = context.enter(dependency)
+                PendingAdmission.whileAnnouncing(self, readyIn: pendingIn, after: dependency) { notifyDidChange(["isReady"]) }
+                context.leave(restoring: saved)
+            }
         } else if becameReady, loadState().isObserved {
             // Another dependency finished between the snapshot above and the
             // lock, so the snapshot did not predict the change: announce it

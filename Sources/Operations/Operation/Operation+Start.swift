@@ -125,12 +125,12 @@ extension Operation {
         let observed = state.isObserved
         let predicted: [String] = cancelled ? ["isFinished"] : ["isExecuting"]
         if observed {
-            if queueCall, !cancelled {
+            if !cancelled {
                 // The body runs on this thread next, whatever the observers
                 // do (see below): a wait of theirs for this operation or its
                 // queue can never end (`WaitRegistry.Record.startingBody`).
-                // Only for its queue's call: a racing start by hand may be
-                // the one that runs it.
+                // (Unless a second `start()` by hand, a misuse, races this
+                // one and wins: the wait is then reported too.)
                 ThreadContext.withCurrent { context in
                     let saved = context.announcedBaseStart
                     context.announcedBaseStart = Unmanaged.passUnretained(self)

@@ -31,6 +31,10 @@ extension Operation {
         // finished. (The block is handed on before the observers are told,
         // so it may run before the operation retires.)
         if snapshot.isFinished, context.isRunning(self) || context.isCompleting(self) { return true }
+        // A deadline already passed only reads the state: nothing blocks,
+        // so nothing this thread holds is let go early (probe 57: a `.zero`
+        // wait freed a kept slot and reordered a serial queue).
+        if let deadline, deadline.hasPassed() { return loadState().isRetired }
         // From the observers of a finished operation: its queue slot, kept
         // for them, may be what this operation needs.
         OperationQueue.threadWillBlock(context)

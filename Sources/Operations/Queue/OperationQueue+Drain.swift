@@ -225,11 +225,12 @@ extension OperationQueue {
                 }
                 if let plan = own.take() {
                     // The completion block goes to the pool, then observers
-                    // are told, before the kept slot is given back.
-                    if keptSlot {
-                        plan.announce()
-                        releaseKeptSlot(of: plan.operation)
-                    }
+                    // are told, before the kept slot is given back. Told
+                    // before the retirement is owed: a wait of theirs for
+                    // the queue already leaves their operation's retirement
+                    // out (probe 57: counted twice, it never ended).
+                    plan.announce()
+                    if keptSlot { releaseKeptSlot(of: plan.operation) }
                     owe(&owedRetirements, context)
                     // Moved, not copied: the plan holds the loop's only
                     // reference when it wakes the operation's waiters.

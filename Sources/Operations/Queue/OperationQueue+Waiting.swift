@@ -29,6 +29,9 @@ extension OperationQueue {
     @discardableResult
     final func waitUntilIdle(deadline: Deadline?) -> Bool {
         unowned(unsafe) let context = ThreadContext.current
+        // A deadline already passed only reads the state (see
+        // `Operation.performWait`).
+        if let deadline, deadline.hasPassed() { return lock.withLock { state.isIdle } }
         // From the observers of a finished operation: the queue slot it kept
         // for them may be needed by the work waited for.
         OperationQueue.threadWillBlock(context)

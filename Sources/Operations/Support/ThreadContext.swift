@@ -87,8 +87,8 @@ final class ThreadContext {
     /// run here); settled right after.
     @exclusivity(unchecked) var releasingRetirementOf: Unmanaged<OperationQueue>?
 
-    /// The operation whose base `start()`, called by its queue, this thread
-    /// is announcing to `.prior` `isExecuting` observers: its body runs
+    /// The operation whose base `start()` this thread is announcing to
+    /// `.prior` `isExecuting` observers: its body runs
     /// here next, whatever they do. Unretained: the starting frame holds
     /// the operation while it is set.
     @exclusivity(unchecked) var announcedBaseStart: Unmanaged<Operation>?

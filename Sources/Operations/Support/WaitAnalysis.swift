@@ -110,7 +110,7 @@ struct WaitAnalysis {
     /// class that overrides `start()` is never base-executing).
     ///
     /// Also true of the operation whose base `start()` the waiter is
-    /// announcing for its queue (a `.prior` `isExecuting` observer): its
+    /// announcing (a `.prior` `isExecuting` observer): its
     /// body runs on the waiter's thread next (probe 55: such a wait was
     /// never confirmed, and hung without a report).
     private func onlyItsBodyFinishes(_ operation: Operation) -> Bool {

@@ -61,9 +61,9 @@ final class WaitRegistry: @unchecked Sendable {
         let running: [Operation]
         let target: Target
         /// The operation whose base `start()` the waiting thread is
-        /// announcing to its `.prior` `isExecuting` observers, for its
-        /// queue: its body runs on this thread next, and nothing else can
-        /// start or finish it (`ThreadContext.announcedBaseStart`).
+        /// announcing to its `.prior` `isExecuting` observers: its body runs
+        /// on this thread next, and nothing else can start or finish it
+        /// (`ThreadContext.announcedBaseStart`).
         let startingBody: ObjectIdentifier?
 
         /// A wait made on the calling thread (which it reads for

@@ -146,6 +146,25 @@ func scenarioPriorExecutingObserverWaits(_ kind: PriorExecutingWait) {
     withExtendedLifetime(token) {}
 }
 
+/// The same observer of an operation started by hand: its body runs on the
+/// calling thread once the observer returns (probe 57: only the queue's
+/// start was covered, and this wait hung without a report).
+func scenarioPriorExecutingObserverOfHandStartWaits() {
+    let misuses = installChildMisuseRecorder()
+    let op = BlockOperation {}
+    op.name = "prior-executing-by-hand"
+    let token = op.observe(\.isExecuting, options: [.prior]) { op, change in
+        guard change.isPrior, !op.isExecuting, !op.isFinished else { return }
+        op.waitUntilFinished()
+    }
+    expectReturns("start() with a .prior isExecuting observer that waits for the operation") {
+        op.start()
+    }
+    #expect(op.isFinished)
+    #expect(misuses.events.map(\.code) == [.waitDeadlock], "\(describeMisuses(misuses.events))")
+    withExtendedLifetime(token) {}
+}
+
 /// A timed wait whose timeout is too large for a deadline is an untimed
 /// wait: a body waiting so for its own operation, or for its own queue, is
 /// reported and returns false, rather than hanging without a word.
@@ -202,6 +221,11 @@ struct ObserverWaitRegressionTests {
     @Test("a .prior isExecuting observer of a queued operation waiting for its queue is reported as .waitDeadlock, not a hang")
     func priorExecutingObserverWaitsForQueue() async {
         await #expect(processExitsWith: .success) { scenarioPriorExecutingObserverWaits(.itsQueue) }
+    }
+
+    @Test("a .prior isExecuting observer of an operation started by hand waiting for it is reported as .waitDeadlock, not a hang")
+    func priorExecutingObserverOfHandStartWaits() async {
+        await #expect(processExitsWith: .success) { scenarioPriorExecutingObserverOfHandStartWaits() }
     }
 
     @Test("a .prior isExecuting observer waiting for the next operation of its serial queue is reported as .waitDeadlock, not a hang")
