@@ -412,8 +412,16 @@ extension OperationQueue {
     /// waits: if the queue holds further loops back, it adds them freely
     /// from now on, and posts one now if work waits.
     final func drainLoopWillBlock() {
+        changeState { $0.drainLoopWillBlock() }
+    }
+
+    /// Applies `change` to the state under the lock and, if it changed
+    /// anything (it returns true), lets the queue act on it: start what a
+    /// freed slot allows, wake waiters.
+    @inline(__always)
+    private func changeState(_ change: (inout QueueState) -> Bool) {
         lock.lock()
-        guard state.drainLoopWillBlock() else {
+        guard change(&state) else {
             lock.unlock()
             return
         }
@@ -439,28 +447,14 @@ extension OperationQueue {
     /// observers are told (see `drain`), if it still holds it, and lets the
     /// queue start what the slot allows.
     final func releaseKeptSlot(of operation: Operation) {
-        lock.lock()
-        guard state.releaseKeptSlot(of: operation) else {
-            lock.unlock()
-            return
-        }
-        let effects = takeEffectsLocked()
-        lock.unlock()
-        effects.perform(on: self)
+        changeState { $0.releaseKeptSlot(of: operation) }
     }
 
     /// Frees the slot of the finished `operation` before its retirement
     /// (see `QueueState.releaseSlotEarly(of:)`), if it still holds it, and
     /// lets the queue start what the slot allows.
     final func releaseSlotEarly(of operation: Operation) {
-        lock.lock()
-        guard state.releaseSlotEarly(of: operation) else {
-            lock.unlock()
-            return
-        }
-        let effects = takeEffectsLocked()
-        lock.unlock()
-        effects.perform(on: self)
+        changeState { $0.releaseSlotEarly(of: operation) }
     }
 
     /// The calling thread is about to block in one of the library's waits.

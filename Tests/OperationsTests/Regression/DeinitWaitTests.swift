@@ -28,13 +28,6 @@ private final class WaitsWhenReleased: Operation, @unchecked Sendable {
     deinit { onDeinit() }
 }
 
-/// An object whose `deinit` runs `onDeinit`: an operation's result.
-private final class ReleasedResult: Sendable {
-    let onDeinit: @Sendable () -> Void
-    init(_ onDeinit: @escaping @Sendable () -> Void) { self.onDeinit = onDeinit }
-    deinit { onDeinit() }
-}
-
 @Suite("An operation's deinit may wait for the next operation (regression: probe 55)")
 struct DeinitWaitTests {
     enum Shape: String, CaseIterable, CustomTestStringConvertible {
@@ -84,14 +77,14 @@ struct DeinitWaitTests {
                     first = WaitsWhenReleased(onDeinit: wait)
                     first.cancel()
                 case .asyncResult:
-                    let result = ReleasedResult(wait)
-                    first = ResultOperation { () async -> ReleasedResult in
+                    let result = DeinitAction(wait)
+                    first = ResultOperation { () async -> DeinitAction in
                         ran.record("first")
                         return result
                     }
                 case .syncResult:
-                    let result = ReleasedResult(wait)
-                    first = ResultOperation { () -> ReleasedResult in
+                    let result = DeinitAction(wait)
+                    first = ResultOperation { () -> DeinitAction in
                         ran.record("first")
                         return result
                     }
@@ -176,8 +169,8 @@ struct DeinitQueueWaitTests {
             switch shape {
             case .finishedElsewhere: released = FinishedElsewhere(onDeinit: wait)
             case .asyncResult:
-                let result = ReleasedResult(wait)
-                released = ResultOperation { () async -> ReleasedResult in result }
+                let result = DeinitAction(wait)
+                released = ResultOperation { () async -> DeinitAction in result }
             case .instrumentedOnly, .instrumentedWithAnother, .observed: released = WaitsWhenReleased(onDeinit: wait)
             }
             if shape == .observed {

@@ -182,7 +182,7 @@ struct ReleaseOutsideLockTests {
 }
 
 /// Runs `action` when deinitialized.
-private final class DeinitAction: Sendable {
+final class DeinitAction: Sendable {
     let action: @Sendable () -> Void
     init(_ action: @escaping @Sendable () -> Void) { self.action = action }
     deinit { action() }
