@@ -171,8 +171,15 @@ struct WaitAnalysis {
             // The waiter's own work is stuck while it waits, unless something
             // else may finish it: an `AsyncOperation`'s `finish()`, or a
             // class's own `start()` (never base-executing), may come from any
-            // thread, as in Foundation.
-            return Node(fixed: onlyItsBodyFinishes(operation) ? true : false)
+            // thread, as in Foundation. One that has finished and is still
+            // in its queue is being finished by the waiter (its dependents'
+            // `isReady` observers are told inside that finish): it leaves
+            // the queue only once the wait returns (probe 57: a wait there
+            // for its queue, or for a dependent it had not released yet,
+            // hung without a report). A finish by another thread would
+            // retire it within the confirmation delay.
+            let finishing = state.isFinished && operation.owningQueueForAnalysis() != nil
+            return Node(fixed: onlyItsBodyFinishes(operation) || finishing ? true : false)
         }
         if let runner = blockedRunner[ObjectIdentifier(operation)] {
             metWaits.append((.operation(ObjectIdentifier(operation)), ObjectIdentifier(runner)))

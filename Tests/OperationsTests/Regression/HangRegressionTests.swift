@@ -165,6 +165,30 @@ func scenarioPriorExecutingObserverOfHandStartWaits() {
     withExtendedLifetime(token) {}
 }
 
+/// A dependent's `isReady` observer, told inside its dependency's finish,
+/// waits for their queue, which still holds the dependency: it leaves only
+/// once the observer returns. Reported after the confirmation delay (probe
+/// 57: it hung without a report; Foundation deadlocks).
+func scenarioReadyObserverWaitsForQueueHoldingItsDependency() {
+    let misuses = installChildMisuseRecorder()
+    let queue = OperationQueue()
+    queue.name = "ready-observer-waits-queue"
+    let dependency = BlockOperation {}
+    let dependent = BlockOperation {}
+    dependent.addDependency(dependency)
+    let returned = Gate()
+    let token = dependent.observe(\.isReady, options: [.new]) { _, change in
+        guard change.newValue == true, !returned.opened else { return }
+        queue.waitUntilAllOperationsAreFinished()
+        returned.open()
+    }
+    queue.addOperations([dependency, dependent], waitUntilFinished: false)
+    #expect(returned.wait(), "an isReady observer waiting for the queue holding its dependency hangs")
+    #expect(queue.waitUntilAllOperationsAreFinished(timeout: patience))
+    #expect(misuses.events.map(\.code) == [.waitDeadlock], "\(describeMisuses(misuses.events))")
+    withExtendedLifetime(token) {}
+}
+
 /// A timed wait whose timeout is too large for a deadline is an untimed
 /// wait: a body waiting so for its own operation, or for its own queue, is
 /// reported and returns false, rather than hanging without a word.
@@ -221,6 +245,11 @@ struct ObserverWaitRegressionTests {
     @Test("a .prior isExecuting observer of a queued operation waiting for its queue is reported as .waitDeadlock, not a hang")
     func priorExecutingObserverWaitsForQueue() async {
         await #expect(processExitsWith: .success) { scenarioPriorExecutingObserverWaits(.itsQueue) }
+    }
+
+    @Test("an isReady observer waiting for the queue that still holds the dependency it was told of is reported as .waitDeadlock, not a hang")
+    func readyObserverWaitsForQueueHoldingItsDependency() async {
+        await #expect(processExitsWith: .success) { scenarioReadyObserverWaitsForQueueHoldingItsDependency() }
     }
 
     @Test("a .prior isExecuting observer of an operation started by hand waiting for it is reported as .waitDeadlock, not a hang")
