@@ -116,11 +116,7 @@ extension OperationQueue {
             // and one for the queue leaves its retirement out (probe 57:
             // the wait for an `AsyncOperation` that had just left never
             // ended).
-            ThreadContext.withCurrent { context in
-                let saved = context.enter(operation, queue: Unmanaged.passUnretained(self))
-                notifyDidChange(Self.contentKeys)
-                context.leave(restoring: saved)
-            }
+            operation.withThreadContext(queue: Unmanaged.passUnretained(self)) { notifyDidChange(Self.contentKeys) }
         }
         effects.perform(on: self)
         return keeps

@@ -429,10 +429,8 @@ extension Operation {
             // observers, since its `isFinished` already reads true (probe
             // 57: the wait was for its retirement, which only this thread
             // could complete, after the observers).
-            ThreadContext.withCurrent { context in
-                let saved = context.enter(dependency)
+            dependency.withThreadContext {
                 PendingAdmission.whileAnnouncing(self, readyIn: pendingIn, after: dependency) { notifyDidChange(["isReady"]) }
-                context.leave(restoring: saved)
             }
         } else if becameReady, loadState().isObserved {
             // Another dependency finished between the snapshot above and the

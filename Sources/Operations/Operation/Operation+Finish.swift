@@ -397,12 +397,7 @@ struct FinishPlan: ~Copyable {
         submitCompletion()
         guard let details, let names = details.takeAnnouncement() else { return }
         let finished = operation
-        let owner = queue
-        ThreadContext.withCurrent { context in
-            let saved = context.enter(finished, queue: owner)
-            finished.notifyDidChange(names)
-            context.leave(restoring: saved)
-        }
+        finished.withThreadContext(queue: queue) { finished.notifyDidChange(names) }
     }
 
     /// Step 4, first half: hands the completion block, if any, to a worker
@@ -446,10 +441,8 @@ struct FinishPlan: ~Copyable {
             submitCompletion()
             if details.hasUserTail {
                 let finished = operation
-                ThreadContext.withCurrent { context in
-                    let saved = context.enter(finished, queue: owner)
+                finished.withThreadContext(queue: owner) {
                     if let names = details.takeAnnouncement() { finished.notifyDidChange(names) }
-                    context.leave(restoring: saved)
                 }
             }
         }

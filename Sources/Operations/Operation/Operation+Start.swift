@@ -204,6 +204,16 @@ extension Operation {
         return body()
     }
 
+    /// Runs `body` with this operation marked as running on the calling
+    /// thread for `queue` (its finish: its observers, or its queue's, are
+    /// told inside it).
+    @inline(__always)
+    final func withThreadContext(queue: Unmanaged<OperationQueue>?, _ body: () -> Void) {
+        let saved = ThreadContext.withCurrent { $0.enter(self, queue: queue) }
+        body()
+        ThreadContext.withCurrent { $0.leave(restoring: saved) }
+    }
+
     /// Calls ``main()`` with ``threadPriority`` applied to the calling
     /// thread and the carried context bound.
     final func runMainWithThreadPriority() {

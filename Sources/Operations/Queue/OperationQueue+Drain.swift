@@ -214,11 +214,7 @@ extension OperationQueue {
                         // for the next operation never ended).
                         let finished = plan.operation
                         own = consume plan
-                        ThreadContext.withCurrent { context in
-                            let saved = context.enter(finished, queue: Unmanaged.passUnretained(self))
-                            notifyDidChange(Self.contentKeys)
-                            context.leave(restoring: saved)
-                        }
+                        finished.withThreadContext(queue: Unmanaged.passUnretained(self)) { notifyDidChange(Self.contentKeys) }
                     } else {
                         notifyDidChange(Self.contentKeys)
                     }
